@@ -1,0 +1,34 @@
+"""Finding the compiled custom-op library that ships inside this package."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+LIBRARY_NAME = "libort_tf_ops.so"
+ENV_OVERRIDE = "ORT_OPS_LIBRARY"
+
+
+def library_path() -> str:
+    """Path of the ORT custom-op library (``ORT_OPS_LIBRARY`` overrides, e.g. for a sanitizer build)."""
+    override = os.environ.get(ENV_OVERRIDE)
+    if override:
+        if not Path(override).is_file():
+            raise FileNotFoundError(f"{ENV_OVERRIDE}={override} does not name a file")
+        return override
+    here = Path(__file__).resolve().parent / LIBRARY_NAME
+    if here.is_file():
+        return str(here)
+    raise FileNotFoundError(
+        f"{LIBRARY_NAME} is not in {here.parent}: install the package with `pip install .` so that cpp_ops is built"
+    )
+
+
+def session_options(**kwargs):
+    """``onnxruntime.SessionOptions`` with the library registered; keyword arguments set attributes."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    for k, v in kwargs.items():
+        setattr(so, k, v)
+    so.register_custom_ops_library(library_path())
+    return so

@@ -1,0 +1,94 @@
+"""Building ONNX models with nodes of the domain."""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import numpy as np
+from onnx import ModelProto, helper, numpy_helper
+
+from ort_ops.schemas import DOMAIN, ELEM_TYPES, OPSET_VERSION, output_elem_types
+from ort_ops.spec import onnx_type_of
+from ort_ops.specs import get_spec
+
+# onnx 1.23 stamps IR version 14 by default; onnxruntime 1.31 reads at most 13. Every model this
+# project writes uses this version.
+IR_VERSION = 10
+DEFAULT_ONNX_OPSET = 17
+
+
+def node_attributes(op_type: str, attrs: dict) -> dict:
+    """Attribute values as they go on an ONNX node: bools become 0/1 ints, everything else as is."""
+    spec = get_spec(op_type)
+    out = {}
+    for name, value in attrs.items():
+        kind = spec.attr(name).kind
+        if kind == "bool":
+            value = int(bool(value))
+        elif kind == "float":
+            value = float(value)
+        elif kind == "ints":
+            value = [int(v) for v in value]
+        out[name] = value
+    return out
+
+
+def make_node(op_type: str, inputs: Sequence[str], outputs: Sequence[str], name: Optional[str] = None, **attrs):
+    """An ONNX node of the domain; ``attrs`` use TF names and Python values."""
+    return helper.make_node(op_type, list(inputs), list(outputs), name=name, domain=DOMAIN, **node_attributes(op_type, attrs))
+
+
+def finish_model(graph, opset: int = DEFAULT_ONNX_OPSET, producer: str = "ort_ops") -> ModelProto:
+    """Wrap ``graph`` in a model importing the default domain and this one, at IR_VERSION."""
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid(DOMAIN, OPSET_VERSION)],
+        producer_name=producer,
+    )
+    model.ir_version = IR_VERSION
+    return model
+
+
+def make_single_op_model(
+    op_type: str,
+    inputs: Sequence[np.ndarray],
+    attrs: Optional[dict] = None,
+    constant_inputs: Sequence[int] = (),
+    typed_outputs: bool = True,
+) -> ModelProto:
+    """A model holding one node of ``op_type`` whose graph inputs match ``inputs``' dtypes and shapes.
+
+    Inputs listed in ``constant_inputs`` become initializers holding the given value (so shape
+    inference can read them, e.g. ``input_sizes``). With ``typed_outputs`` the graph outputs carry
+    the types and shapes the spec infers (which rejects input it can already tell is bad); without,
+    they are left untyped so that the runtime sees and judges every input itself.
+    """
+    spec = get_spec(op_type)
+    attrs = attrs or {}
+    names = [p.name for p in spec.inputs]
+    graph_inputs, initializers, in_types = [], [], []
+    for i, (name, value) in enumerate(zip(names, inputs)):
+        value = np.asarray(value)
+        elem = ELEM_TYPES[onnx_type_of(value.dtype)]
+        in_types.append(elem)
+        if i in constant_inputs:
+            initializers.append(numpy_helper.from_array(value, name))
+        else:
+            graph_inputs.append(helper.make_tensor_value_info(name, elem, list(value.shape)))
+    out_names = [p.name for p in spec.outputs]
+    values = [np.asarray(v) if i in constant_inputs else None for i, v in enumerate(inputs)]
+    if not typed_outputs:
+        outputs = [helper.make_empty_tensor_value_info(name) for name in out_names]
+        node = make_node(op_type, names, out_names, name=op_type, **attrs)
+        return finish_model(helper.make_graph([node], op_type, graph_inputs, outputs, initializer=initializers))
+    shapes = spec.shape_fn([np.shape(v) for v in inputs], values, spec.with_defaults(attrs))
+    outputs = []
+    for i, (name, elem, shape) in enumerate(zip(out_names, output_elem_types(spec, in_types), shapes)):
+        # The checker wants a shape on typed graph outputs: unknown dims get names, an unknown
+        # rank leaves the output untyped for shape inference to fill.
+        dims = None if shape is None else [d if d is not None else f"{name}_dim{j}" for j, d in enumerate(shape)]
+        outputs.append(
+            helper.make_tensor_value_info(name, elem, dims) if dims is not None else helper.make_empty_tensor_value_info(name)
+        )
+    node = make_node(op_type, names, out_names, name=op_type, **attrs)
+    graph = helper.make_graph([node], op_type, graph_inputs, outputs, initializer=initializers)
+    return finish_model(graph)

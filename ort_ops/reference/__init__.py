@@ -1,0 +1,1 @@
+"""NumPy reference kernels, one file per op (``op_<snake_name>.py``), plus shared per-family helpers."""

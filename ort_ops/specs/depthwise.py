@@ -1,0 +1,195 @@
+"""DepthwiseConv2dNative and its two backprops (float16, bfloat16, float32, float64)."""
+from ort_ops.spec import BFLOAT16, DOUBLE, FLOAT, FLOAT16, INT32, REQUIRED, Attr, OpError, OpSpec, Param, snake_case
+
+FAMILY = "depthwise"
+TYPES = {"T": (FLOAT16, BFLOAT16, FLOAT, DOUBLE)}
+KERNELS = tuple({"T": t} for t in (FLOAT, DOUBLE, FLOAT16, BFLOAT16))
+
+ATTRS = (
+    Attr("strides", "ints", REQUIRED, "4 values in data_format order; batch and depth strides must be 1, rows == cols"),
+    Attr("padding", "string", REQUIRED, "SAME, VALID or EXPLICIT", choices=("SAME", "VALID", "EXPLICIT")),
+    Attr("explicit_paddings", "ints", [], "EXPLICIT only: 8 values, (before, after) per dim in data_format order"),
+    Attr("data_format", "string", "NHWC", "layout of input and output", choices=("NHWC", "NCHW")),
+    Attr("dilations", "ints", [1, 1, 1, 1], "4 values in data_format order; batch and depth dilations must be 1"),
+)
+
+
+def spatial_axes(data_format):
+    """(row axis, col axis, channel axis) of a 4-D tensor in ``data_format``."""
+    return (2, 3, 1) if data_format == "NCHW" else (1, 2, 3)
+
+
+def check_attrs(op, attrs):
+    """Validate strides/dilations/paddings; return (stride, (dil_h, dil_w), explicit pads or None)."""
+    fmt = attrs["data_format"]
+    h, w, c = spatial_axes(fmt)
+    strides = attrs["strides"]
+    if len(strides) != 4:
+        raise OpError(op, "Sliding window strides field must specify 4 dimensions")
+    if strides[0] != 1 or strides[c] != 1:
+        raise OpError(op, "Current implementation does not yet support strides in the batch and depth dimensions.")
+    if strides[h] != strides[w]:
+        raise OpError(op, "Current implementation only supports equal length strides in the row and column dimensions.")
+    if strides[h] <= 0:
+        raise OpError(op, f"Stride must be > 0, but got {strides[h]}")
+    dil = attrs["dilations"]
+    if len(dil) != 4:
+        raise OpError(op, "Sliding window dilations field must specify 4 dimensions")
+    if dil[0] != 1 or dil[c] != 1:
+        raise OpError(op, "Current implementation does not support dilations in the batch and depth dimensions.")
+    if dil[h] <= 0 or dil[w] <= 0:
+        raise OpError(op, f"Dilated rates should be larger than 0, got {[dil[h], dil[w]]}")
+    pads = attrs["explicit_paddings"]
+    if attrs["padding"] == "EXPLICIT":
+        if len(pads) != 8:
+            raise OpError(op, f"explicit_paddings attribute must contain 8 values, but got: {len(pads)}")
+        if any(p < 0 for p in pads):
+            raise OpError(op, "All elements of explicit_paddings must be nonnegative")
+        if pads[0] or pads[1] or pads[2 * c] or pads[2 * c + 1]:
+            raise OpError(op, "Nonzero explicit padding in the batch or depth dimensions is not supported")
+        explicit = ((pads[2 * h], pads[2 * h + 1]), (pads[2 * w], pads[2 * w + 1]))
+    else:
+        if pads:
+            raise OpError(op, "explicit_paddings attribute must be empty if the padding attribute is not EXPLICIT")
+        explicit = None
+    return strides[h], (dil[h], dil[w]), explicit
+
+
+def output_size(op, n, k, stride, dilation, padding, explicit):
+    """TF's windowed output size: returns (out, pad_before, pad_after) for one spatial dim."""
+    k_eff = (k - 1) * dilation + 1
+    if padding == "VALID":
+        out = (n - k_eff + stride) // stride
+        before = 0
+    elif padding == "SAME":
+        out = (n + stride - 1) // stride
+        total = max((out - 1) * stride + k_eff - n, 0)
+        before = total // 2
+    else:
+        before, after = explicit
+        out = (n + before + after - k_eff) // stride + 1
+    if out < 0:
+        raise OpError(
+            op,
+            f"Computed output size would be negative: {out} [input_size: {n}, effective_filter_size: {k_eff}, "
+            f"stride: {stride}]",
+        )
+    after = max((out - 1) * stride + k_eff - n - before, 0) if out > 0 else 0
+    return out, before, after
+
+
+def _nhwc(shape, fmt):
+    if shape is None:
+        return None
+    return (shape[0], shape[2], shape[3], shape[1]) if fmt == "NCHW" else tuple(shape)
+
+
+def _from_nhwc(shape, fmt):
+    return (shape[0], shape[3], shape[1], shape[2]) if fmt == "NCHW" else tuple(shape)
+
+
+def _forward_dims(op, attrs, inp, filt):
+    """Output shape (in data_format) from input and filter shapes with unknown dims as None."""
+    stride, (dh, dw), explicit = check_attrs(op, attrs)
+    fmt = attrs["data_format"]
+    if inp is not None and len(inp) != 4:
+        raise OpError(op, f"input must be 4-dimensional{list(inp)}")
+    if filt is not None and len(filt) != 4:
+        raise OpError(op, f"filter must be 4-dimensional: {list(filt)}")
+    if inp is None:
+        return None
+    n, h, w, c = _nhwc(inp, fmt)
+    if filt is not None and c is not None and filt[2] is not None and c != filt[2]:
+        raise OpError(op, f"input and filter must have the same depth: {c} vs {filt[2]}")
+    dims = [n, None, None, None]
+    if filt is not None:
+        kh, kw, _, m = filt
+        if c is not None and m is not None:
+            dims[3] = c * m
+        explicit = explicit or (None, None)
+        if h is not None and kh is not None:
+            dims[1] = output_size(op, h, kh, stride, dh, attrs["padding"], explicit[0])[0]
+        if w is not None and kw is not None:
+            dims[2] = output_size(op, w, kw, stride, dw, attrs["padding"], explicit[1])[0]
+    return _from_nhwc(dims, fmt)
+
+
+def _forward_shape(shapes, values, attrs):
+    return [_forward_dims("DepthwiseConv2dNative", attrs, shapes[0], shapes[1])]
+
+
+def _sizes_shape(op, label, index):
+    def fn(shapes, values, attrs):
+        check_attrs(op, attrs)
+        sizes = values[index]
+        if sizes is None:
+            return [(None,) * 4]
+        if sizes.ndim != 1:
+            raise OpError(op, f"{label}: {'input' if 'Input' in op else 'filter'}_sizes input must be 1-dim, not {sizes.ndim}")
+        return [tuple(int(v) for v in sizes)]
+
+    return fn
+
+
+def _spec(name, doc, inputs, shape_fn, deviations):
+    return OpSpec(
+        name=name,
+        family=FAMILY,
+        doc=doc,
+        inputs=inputs,
+        outputs=(Param("output", "T"),),
+        attrs=ATTRS,
+        type_constraints=TYPES,
+        shape_fn=shape_fn,
+        reference=f"op_{snake_case(name)}:run",
+        kernels=KERNELS,
+        deviations=deviations,
+    )
+
+
+DILATIONS = (
+    "dilations > 1 compute the true dilated convolution (as TF's default oneDNN build does); TF's Eigen kernel "
+    "rejects them in the forward op and silently ignores them in the backprops."
+)
+NCHW = "NCHW is supported (as in oneDNN builds); TF's Eigen CPU kernel rejects it."
+PADDING_TAPS = (
+    "Padding taps contribute exact zeros (a non-finite filter tap over padding does not produce NaN); TF's Eigen "
+    "kernel multiplies padding in, oneDNN skips it as here."
+)
+
+SPECS = (
+    _spec(
+        "DepthwiseConv2dNative",
+        "Depthwise 2-D convolution: each input channel c is convolved with filter[:, :, c, m] for m < M, giving "
+        "output channel c*M + m.",
+        (Param("input", "T", "[N,H,W,C] or [N,C,H,W]"), Param("filter", "T", "[kh,kw,C,M]")),
+        _forward_shape,
+        (DILATIONS, NCHW, PADDING_TAPS),
+    ),
+    _spec(
+        "DepthwiseConv2dNativeBackpropInput",
+        "Gradient of DepthwiseConv2dNative with respect to its input.",
+        (
+            Param("input_sizes", INT32, "the 4 dims of the forward input, in data_format order"),
+            Param("filter", "T", "[kh,kw,C,M]"),
+            Param("out_backprop", "T", "gradient with respect to the forward output"),
+        ),
+        _sizes_shape("DepthwiseConv2dNativeBackpropInput", "Conv2DBackpropInput", 0),
+        (DILATIONS, NCHW),
+    ),
+    _spec(
+        "DepthwiseConv2dNativeBackpropFilter",
+        "Gradient of DepthwiseConv2dNative with respect to its filter.",
+        (
+            Param("input", "T", "the forward input"),
+            Param("filter_sizes", INT32, "the 4 dims of the filter, [kh,kw,C,M]"),
+            Param("out_backprop", "T", "gradient with respect to the forward output"),
+        ),
+        _sizes_shape("DepthwiseConv2dNativeBackpropFilter", "Conv2DBackpropFilter", 1),
+        (
+            DILATIONS,
+            NCHW,
+            "An empty out_backprop gives a zero filter gradient; TF 2.21 returns uninitialized memory (PR #126484).",
+        ),
+    ),
+)
