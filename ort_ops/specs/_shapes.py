@@ -15,7 +15,7 @@ def same_as(index):
     """Output shape equal to input ``index``'s shape."""
 
     def fn(shapes, values, attrs):
-        return shapes[index]
+        return [shapes[index]]
 
     return fn
 
