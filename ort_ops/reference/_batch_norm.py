@@ -1,0 +1,226 @@
+"""Shared math of FusedBatchNorm{,V2,V3} and FusedBatchNormGrad{,V2,V3} (semantics doc, section 3).
+
+The per-op files only name the op and its allowed formats; everything else is here. The math is
+dtype-generic: it computes in float32 (TF's U) unless x is float64, which only the finite-difference
+tests use, so the very same formulas can be differentiated numerically.
+
+TF views x as a matrix X[R, C]: R = every dim but the channel dim, C = channels. NCHW/NCDHW are
+transposed to channels-last, computed identically and transposed back (TF does the same, so the
+results are bit-identical), and a 5-D x is just more rows.
+"""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+from ort_ops.spec import OpError
+
+CHANNELS_LAST = ("NHWC", "NDHWC")
+CHANNELS_FIRST = ("NCHW", "NCDHW")
+FORMATS_4D = ("NHWC", "NCHW")  # V1, V2, Grad, GradV2 (op-def attribute choices)
+FORMATS_5D = FORMATS_4D + ("NDHWC", "NCDHW")  # V3, GradV3
+
+# Element types of x TF's CPU kernels take; the statistics are always float32 (U).
+FLOAT32_ONLY = (np.dtype(np.float32),)
+MIXED = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+
+# Eigen's vectorised column sum handles channels in packets of 8 floats (AVX build) and splits
+# the rows over 4 accumulators once there are at least 16 rows (doc 3.3).
+_PACKET = 8
+_MIN_ROWS_FOR_SPLIT = 16
+
+
+def _dims(shape) -> str:
+    """A shape written as TF's TensorShape::DebugString does: ``[2,3,4]``, no spaces."""
+    return "[" + ",".join(str(int(d)) for d in shape) + "]"
+
+
+def compute_dtype(x: np.ndarray):
+    """float32 (TF's U for every CPU kernel) unless x is float64 (finite-difference tests only)."""
+    return np.float64 if x.dtype == np.float64 else np.float32
+
+
+def _channel_axis(op: str, x: np.ndarray, data_format: str, formats) -> int:
+    if data_format not in formats:
+        raise OpError(op, "Invalid data format")
+    # A 4-D x with "NCDHW" is plain NCHW; TF parses the 3-D names to the same internal formats.
+    return 1 if data_format in CHANNELS_FIRST else x.ndim - 1
+
+
+def to_rows(x: np.ndarray, axis: int):
+    """X[R, C] with channels last, and the function that puts an [R, C] result back in x's layout."""
+    moved = np.moveaxis(x, axis, -1)
+    rows = np.ascontiguousarray(moved).reshape(-1, moved.shape[-1])
+
+    def restore(m: np.ndarray) -> np.ndarray:
+        return np.moveaxis(m.reshape(moved.shape), -1, axis)
+
+    return rows, restore
+
+
+def sequential_sum(m: np.ndarray) -> np.ndarray:
+    """Per column, ((0 + m[0]) + m[1]) + ... in m's dtype: TF's ReduceOuterDimensions on one thread."""
+    acc = np.zeros(m.shape[1:], m.dtype)
+    if m.shape[0] == 0:
+        return acc
+    # np.add.accumulate is defined as a running sum, so the order is fixed (np.sum is pairwise).
+    return np.add.accumulate(np.concatenate([acc[None], m]), axis=0)[-1]
+
+
+def column_sum(m: np.ndarray) -> np.ndarray:
+    """Eigen's column sum in the training forward pass (doc 3.3 "Column-sum order S").
+
+    Channels in whole packets of 8, with at least 16 rows: four partial sums take rows round-robin,
+    are combined as ((p0 + p1) + p2) + p3, then the leftover rows are added in order. Every other
+    channel, and every channel when there are fewer than 16 rows: a plain running sum.
+    """
+    rows, channels = m.shape
+    out = sequential_sum(m)
+    vector_channels = _PACKET * (channels // _PACKET)
+    if rows >= _MIN_ROWS_FOR_SPLIT and vector_channels:
+        quads = rows // 4
+        head = m[: 4 * quads, :vector_channels].reshape(quads, 4, vector_channels)
+        p = sequential_sum(head)  # [4, V]: p[k] sums rows j with j % 4 == k
+        acc = ((p[0] + p[1]) + p[2]) + p[3]
+        for r in range(4 * quads, rows):
+            acc = acc + m[r, :vector_channels]
+        out[:vector_channels] = acc
+    return out
+
+
+def rsqrt(a: np.ndarray) -> np.ndarray:
+    """Correctly rounded 1/sqrt(a). TF's vector path uses RSQRTPS plus a Newton step instead, which is
+    CPU-vendor dependent in the last bit (documented deviation); its scalar path is exactly this."""
+    return a.dtype.type(1) / np.sqrt(a)
+
+
+def _check_rank(op, name_in_message, shape):
+    if len(shape) not in (4, 5):
+        raise OpError(op, f"{name_in_message} must be 4 or 5-dimensional{_dims(shape)}")
+
+
+def _check_vector(op, label, arr):
+    if arr.ndim != 1:
+        raise OpError(op, f"{label} must be 1-dimensional{_dims(arr.shape)}")
+
+
+def _check_count(op, label, arr, channels, prefix=""):
+    if arr.size != channels:
+        raise OpError(
+            op, f"{prefix}{label} must have the same number of elements as the channels of x, got {arr.size} and {channels}"
+        )
+
+
+def check_x_dtype(op, x, allowed):
+    """The per-op kernels take only the element types TF registers (float64 is for the core math only)."""
+    dtype = np.asarray(x).dtype
+    if dtype not in allowed:
+        raise OpError(op, f"x must be one of {[d.name for d in allowed]}, got {dtype.name}")
+
+
+def forward(op, formats, x, scale, offset, mean, variance, epsilon, exponential_avg_factor, data_format, is_training):
+    """FusedBatchNorm{,V2,V3}: (y, batch_mean, batch_variance, reserve_space_1, reserve_space_2)."""
+    x, scale, offset, mean, variance = (np.asarray(a) for a in (x, scale, offset, mean, variance))
+    _check_rank(op, "input", x.shape)
+    _check_vector(op, "scale", scale)
+    _check_vector(op, "offset", offset)
+    _check_vector(op, "estimated_mean", mean)
+    _check_vector(op, "estimated_variance", variance)
+    axis = _channel_axis(op, x, data_format, formats)
+    channels = x.shape[axis]
+    _check_count(op, "scale", scale, channels)
+    _check_count(op, "offset", offset, channels)
+    f = exponential_avg_factor
+    # Only then does TF read mean/variance; otherwise they may have any size (even be empty).
+    reads_stats = not is_training or f != 1.0
+    if reads_stats:
+        prefix = "When is_training=false, " if not is_training else "When exponential_avg_factor != 1, "
+        _check_count(op, "mean", mean, channels, prefix)
+        _check_count(op, "variance", variance, channels, prefix)
+
+    ct = compute_dtype(x)
+    scale, offset = scale.astype(ct), offset.astype(ct)
+    eps = ct(epsilon)
+    if x.size == 0:
+        # TF sets the statistics to NaN and leaves the reserve spaces uninitialized; they are
+        # zeros here (documented deviation).
+        nan = np.full(channels, np.nan, ct)
+        zeros = np.zeros(channels, ct)
+        return np.empty(x.shape, x.dtype), nan, nan.copy(), zeros, zeros.copy()
+
+    rows, restore = to_rows(x.astype(ct), axis)
+    if not is_training:
+        est_mean, est_var = mean.astype(ct), variance.astype(ct)
+        k = rsqrt(est_var + eps) * scale  # once per channel
+        y = (rows - est_mean) * k + offset
+        # TF's Eigen kernel leaves reserve_space_1/2 unwritten; they get the given statistics here.
+        return restore(y).astype(x.dtype), est_mean.copy(), est_var.copy(), est_mean.copy(), est_var.copy()
+
+    r = rows.shape[0]
+    inv = ct(1) / ct(r)
+    batch_mean = column_sum(rows) * inv
+    centered = rows - batch_mean
+    batch_var = column_sum(centered * centered) * inv  # two-pass, biased
+    k = rsqrt(batch_var + eps) * scale
+    y = centered * k + offset
+    bessel = ct(r) / ct(max(r - 1, 1))
+    if f == 1.0:
+        running_mean, running_var = batch_mean, batch_var * bessel
+    else:
+        f = ct(f)
+        keep = ct(1) - f
+        running_mean = keep * mean.astype(ct) + f * batch_mean
+        running_var = keep * variance.astype(ct) + (f * bessel) * batch_var
+    return restore(y).astype(x.dtype), running_mean, running_var, batch_mean.copy(), batch_var.copy()
+
+
+def backward(op, formats, y_backprop, x, scale, reserve_space_1, reserve_space_2, epsilon, data_format, is_training):
+    """FusedBatchNormGrad{,V2,V3}: (x_backprop, scale_backprop, offset_backprop, empty, empty)."""
+    dy, x, scale, saved_mean, saved_var = (np.asarray(a) for a in (y_backprop, x, scale, reserve_space_1, reserve_space_2))
+    _check_rank(op, "input", dy.shape)
+    _check_rank(op, "input", x.shape)
+    _check_vector(op, "scale", scale)
+    _check_vector(op, "saved mean", saved_mean)
+    _check_vector(op, "saved variance", saved_var)
+    if x.shape != dy.shape:
+        raise OpError(
+            op, f"x and y_backprop must have same shape, but x has shape {_dims(x.shape)} "
+            f"and y_backprop has shape {_dims(dy.shape)}"
+        )
+    if dy.dtype != x.dtype:
+        raise OpError(op, f"y_backprop and x must have the same type, got {dy.dtype.name} and {x.dtype.name}")
+    axis = _channel_axis(op, x, data_format, formats)
+    channels = x.shape[axis]
+    _check_count(op, "scale", scale, channels)
+    _check_count(op, "reserve_space_1", saved_mean, channels)
+    _check_count(op, "reserve_space_2", saved_var, channels)
+
+    ct = compute_dtype(x)
+    spare = (np.zeros((0,), ct), np.zeros((0,), ct))  # TF's Eigen kernel returns shape-[0] placeholders
+    if x.size == 0:
+        return (np.empty(x.shape, x.dtype), np.zeros(channels, ct), np.zeros(channels, ct)) + spare
+
+    scale, saved_mean, saved_var = scale.astype(ct), saved_mean.astype(ct), saved_var.astype(ct)
+    eps = ct(epsilon)
+    dys, _ = to_rows(dy.astype(ct), axis)
+    rows, restore = to_rows(x.astype(ct), axis)
+    r = rows.shape[0]
+    if is_training:
+        # reserve_space_1/2 are the batch mean and the biased batch variance of the forward pass.
+        c0 = rsqrt(saved_var + eps)
+        centered = rows - saved_mean
+        scale_backprop = sequential_sum(dys * (centered * c0))
+        offset_backprop = sequential_sum(dys)
+        dy_mean = offset_backprop * (ct(1) / ct(r))
+        m = sequential_sum(dys * centered) / ct(r)  # TF divides here but multiplies by 1/R above
+        coef1 = scale * c0
+        coef2 = (c0 * c0) * m
+        dx = coef1 * ((dys - dy_mean) - centered * coef2)
+    else:
+        # "Freeze" gradient: the statistics are constants, y is affine in x.
+        offset_backprop = sequential_sum(dys)
+        s1 = rsqrt(saved_var + eps)
+        s2 = sequential_sum(dys * (rows - saved_mean))
+        dx = dys * (s1 * scale)
+        scale_backprop = s2 * s1
+    return (restore(dx).astype(x.dtype), scale_backprop, offset_backprop) + spare
