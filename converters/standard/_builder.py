@@ -1,0 +1,130 @@
+"""A small helper for writing one TF node as a chain of standard ONNX nodes inside a tf2onnx graph.
+
+The lowering functions follow tf2onnx's handler contract: they read what they need from the TF node,
+remove it, and build standard-domain nodes whose final outputs carry the TF node's output names, so
+every consumer downstream stays connected.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import numpy as np
+from onnx import TensorProto, helper
+
+from converters.errors import LoweringError
+
+# ONNX element type -> NumPy dtype for the types the family uses.
+NP_TYPES = {
+    TensorProto.FLOAT: np.float32,
+    TensorProto.DOUBLE: np.float64,
+    TensorProto.FLOAT16: np.float16,
+    TensorProto.INT32: np.int32,
+    TensorProto.INT64: np.int64,
+    TensorProto.BOOL: np.bool_,
+}
+
+
+class Lowering:
+    """Builds the replacement of one TF node.
+
+    Create it, read attributes and input facts, call ``take_over()`` (which removes the TF node and
+    remembers its outputs' shapes and types), then build nodes with ``op``/``const`` and route the
+    results to the original output names with ``emit``.
+    """
+
+    def __init__(self, ctx, node):
+        self.ctx = ctx
+        self.node = node
+        self.op_type = node.type
+        self.name = node.name
+        self.inputs = list(node.input)
+        self.outputs = list(node.output)
+        self._out_shapes = {}
+        self._out_dtypes = {}
+        self._counter = 0
+
+    # ----- facts about the TF node, read before take_over() -----
+    def fail(self, reason: str):
+        raise LoweringError(self.op_type, self.name, reason)
+
+    def attr(self, name: str, default=None):
+        value = self.node.get_attr_value(name, default)
+        return value.decode() if isinstance(value, bytes) else value
+
+    def dtype(self, index: int) -> int:
+        return self.ctx.get_dtype(self.inputs[index])
+
+    def shape(self, index: int) -> Optional[list]:
+        """The input's static shape, unknown dims as -1, or None when the rank is unknown."""
+        return self.ctx.get_shape(self.inputs[index])
+
+    def rank(self, index: int) -> Optional[int]:
+        return self.ctx.get_rank(self.inputs[index])
+
+    def constant_value(self, index: int) -> Optional[np.ndarray]:
+        """The input's value when it is a constant in the graph, else None."""
+        name = self.inputs[index]
+        if not self.ctx.is_const(name):
+            return None
+        return np.asarray(self.ctx.get_tensor_value(name, as_list=False))
+
+    def take_over(self):
+        """Remove the TF node; from here on its output names are free for the new nodes."""
+        for out in self.outputs:
+            self._out_shapes[out] = self.ctx.get_shape(out)
+            self._out_dtypes[out] = self.ctx.get_dtype(out)
+        self.ctx.remove_node(self.name)
+
+    # ----- building -----
+    def _fresh(self, what: str) -> str:
+        self._counter += 1
+        return f"{self.name}__std_{what}_{self._counter}"
+
+    def const(self, value, dtype) -> str:
+        """A constant tensor of ``dtype`` (a NumPy dtype); returns its output name."""
+        return self.ctx.make_const(self._fresh("const"), np.asarray(value, dtype=dtype)).output[0]
+
+    def op(self, op_type: str, *inputs: str, outputs: int = 1, **attrs):
+        """One standard-domain node; returns its output name (or a list of names when outputs > 1)."""
+        node = self.ctx.make_node(op_type, list(inputs), attr=attrs, output_count=outputs, name=self._fresh(op_type))
+        return node.output[0] if outputs == 1 else list(node.output)
+
+    def emit(self, index: int, source: str):
+        """Route ``source`` to the TF node's output ``index`` (through an Identity, optimized away later)."""
+        out = self.outputs[index]
+        shape, dtype = self._out_shapes.get(out), self._out_dtypes.get(out)
+        self.ctx.make_node(
+            "Identity",
+            [source],
+            outputs=[out],
+            name=self._fresh("out"),
+            shapes=[shape] if shape is not None else None,
+            dtypes=[dtype] if dtype is not None else None,
+        )
+
+    # ----- common patterns -----
+    def where(self, cond: str, a: str, b: str) -> str:
+        return self.op("Where", cond, a, b)
+
+    def cast(self, x: str, onnx_type: int) -> str:
+        return self.op("Cast", x, to=onnx_type)
+
+    def mask_as(self, cond: str, onnx_type: int) -> str:
+        """A boolean mask as 1/0 of ``onnx_type`` (to multiply with, as TF's kernels do)."""
+        return self.cast(cond, onnx_type)
+
+    def reduce(self, kind: str, x: str, axes: Optional[Sequence[int]], keepdims: bool) -> str:
+        """ReduceSum/Min/Max/Mean over ``axes`` (None: all). Axes go in as an input from opset 18
+        (ReduceSum: 13) and as an attribute before."""
+        keep = 1 if keepdims else 0
+        if axes is None:
+            return self.op(kind, x, keepdims=keep)
+        axes = [int(a) for a in axes]
+        if kind == "ReduceSum" or self.ctx.opset >= 18:
+            return self.op(kind, x, self.const(axes, np.int64), keepdims=keep)
+        return self.op(kind, x, axes=axes, keepdims=keep)
+
+    def zeros_like(self, x: str, np_type) -> str:
+        """Zeros of ``x``'s runtime shape (never x*0, which keeps NaN)."""
+        zero = helper.make_tensor("value", helper.np_dtype_to_tensor_dtype(np.dtype(np_type)), [1], [0])
+        return self.op("ConstantOfShape", self.op("Shape", x), value=zero)
