@@ -1,0 +1,333 @@
+"""Shared math of the DepthwiseConv2dNative family: validation, geometry and the three kernels.
+
+Everything works on NHWC arrays; NCHW is transposed in and out by the per-op files (the layout is
+pure data movement, so it changes no arithmetic). Each kernel loops over the kh*kw filter taps only
+and handles whole arrays per tap. The order of the float additions follows TF's Eigen kernels
+(semantics doc section 4) so float32 results are bit-exact against TF with oneDNN off; oneDNN sums
+in other orders, which the tests cover with a tolerance.
+
+Dilations are honoured (the true dilated convolution and its exact gradients), as TF's default
+oneDNN build does. Taps that fall on padding are skipped, i.e. contribute an exact zero.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ort_ops.spec import OpError
+from ort_ops.specs.depthwise import check_attrs, output_size, spatial_axes
+
+FORWARD = "DepthwiseConv2dNative"
+BACKPROP_INPUT = "DepthwiseConv2dNativeBackpropInput"
+BACKPROP_FILTER = "DepthwiseConv2dNativeBackpropFilter"
+
+# TF's labels inside the backprop kernels' messages ("DepthwiseConv2DBackpropInput: input must be ...").
+LABELS = {BACKPROP_INPUT: "DepthwiseConv2DBackpropInput", BACKPROP_FILTER: "DepthwiseConv2DBackpropFilter"}
+# TF's labels of the sizes-vector checks, shared with Conv2D.
+SIZES_LABELS = {BACKPROP_INPUT: ("Conv2DBackpropInput", "input_sizes"), BACKPROP_FILTER: ("Conv2DBackpropFilter", "filter_sizes")}
+
+FLOAT_TYPES = ("float16", "bfloat16", "float32", "float64")
+INT32_MAX = 2**31 - 1
+# Refuse outputs beyond this many bytes with a clear error instead of a MemoryError deep in NumPy.
+MAX_OUTPUT_BYTES = 1 << 36
+
+
+def shape_str(shape) -> str:
+    """A shape the way TF's TensorShape::DebugString prints it: ``[4,4,2]``."""
+    return "[" + ",".join(str(int(d)) for d in shape) + "]"
+
+
+def is_low_precision(dtype) -> bool:
+    """float16 and bfloat16: TF computes each tap in float32 and rounds the accumulator back to T."""
+    return np.dtype(dtype).name in ("float16", "bfloat16")
+
+
+def accumulator_dtype(dtype) -> np.dtype:
+    return np.dtype(np.float32) if is_low_precision(dtype) else np.dtype(dtype)
+
+
+def check_float(op, **arrays):
+    """All the T inputs must have one of the four float types, and the same one."""
+    dtypes = {name: np.asarray(a).dtype for name, a in arrays.items()}
+    for name, dt in dtypes.items():
+        if dt.name not in FLOAT_TYPES:
+            raise OpError(op, f"{name} must be float16, bfloat16, float32 or float64, got {dt.name}")
+    if len({dt.name for dt in dtypes.values()}) > 1:
+        listed = ", ".join(f"{name} is {dt.name}" for name, dt in dtypes.items())
+        raise OpError(op, f"inputs must have the same type T: {listed}")
+    return next(iter(dtypes.values()))
+
+
+def to_nhwc(x, data_format):
+    return np.transpose(x, (0, 2, 3, 1)) if data_format == "NCHW" else x
+
+
+def from_nhwc(x, data_format):
+    return np.ascontiguousarray(np.transpose(x, (0, 3, 1, 2)) if data_format == "NCHW" else x)
+
+
+def shape_to_nhwc(shape, data_format):
+    return (shape[0], shape[2], shape[3], shape[1]) if data_format == "NCHW" else tuple(shape)
+
+
+@dataclasses.dataclass(frozen=True)
+class Geometry:
+    """Where every filter tap lands: input row of output row i and tap r is i*stride + r*dil_h - pad_top."""
+
+    batch: int
+    in_rows: int
+    in_cols: int
+    depth: int
+    filter_rows: int
+    filter_cols: int
+    multiplier: int
+    out_rows: int
+    out_cols: int
+    stride: int
+    dil_rows: int
+    dil_cols: int
+    pad_top: int
+    pad_left: int
+
+    def tap_slices(self, r, s):
+        """For tap (r, s): the output index ranges that read real input, and the input slices they read.
+
+        Returns None when the tap only ever reads padding (then it contributes nothing).
+        """
+        rows = _valid_range(self.out_rows, self.in_rows, self.stride, r * self.dil_rows - self.pad_top)
+        cols = _valid_range(self.out_cols, self.in_cols, self.stride, s * self.dil_cols - self.pad_left)
+        if rows is None or cols is None:
+            return None
+        out_r, in_r = rows
+        out_c, in_c = cols
+        return out_r, out_c, in_r, in_c
+
+
+def _valid_range(out_n, in_n, stride, offset):
+    """Output indices o with 0 <= o*stride + offset < in_n, as (output slice, input slice), or None."""
+    first = (-offset + stride - 1) // stride if offset < 0 else 0  # ceil(-offset / stride)
+    last = min(out_n, (in_n - 1 - offset) // stride + 1) if in_n - 1 - offset >= 0 else 0
+    if first >= last:
+        return None
+    start = first * stride + offset
+    stop = (last - 1) * stride + offset + 1
+    return slice(first, last), slice(start, stop, stride)
+
+
+def geometry(op, attrs, input_nhwc, filter_shape) -> Geometry:
+    """The tap geometry of valid attrs and shapes; raises TF's output-size error."""
+    stride, (dil_h, dil_w), explicit = check_attrs(op, attrs)
+    n, h, w, c = input_nhwc
+    kh, kw, _, m = filter_shape
+    explicit = explicit or (None, None)
+    oh, pt, _ = output_size(op, h, kh, stride, dil_h, attrs["padding"], explicit[0])
+    ow, pl, _ = output_size(op, w, kw, stride, dil_w, attrs["padding"], explicit[1])
+    return Geometry(n, h, w, c, kh, kw, m, oh, ow, stride, dil_h, dil_w, pt, pl)
+
+
+def forward_geometry(attrs, input_shape, filter_shape) -> Geometry:
+    """The forward op's checks in TF's order (attrs, ranks, depths, sizes)."""
+    op = FORWARD
+    check_attrs(op, attrs)
+    if len(input_shape) != 4:
+        raise OpError(op, f"input must be 4-dimensional{shape_str(input_shape)}")
+    if len(filter_shape) != 4:
+        raise OpError(op, f"filter must be 4-dimensional: {shape_str(filter_shape)}")
+    n, h, w, c = shape_to_nhwc(input_shape, attrs["data_format"])
+    if c != filter_shape[2]:
+        raise OpError(op, f"input and filter must have the same depth: {c} vs {filter_shape[2]}")
+    return geometry(op, attrs, (n, h, w, c), filter_shape)
+
+
+def backprop_geometry(op, attrs, input_shape, filter_shape, dy_shape) -> Geometry:
+    """The backprops' shared checks in TF's order, with TF's label in front of each message."""
+    label = LABELS[op]
+    check_attrs(op, attrs)
+    for name, shape in (("input", input_shape), ("filter", filter_shape), ("out_backprop", dy_shape)):
+        if len(shape) != 4:
+            raise OpError(op, f"{label}: {name} must be 4-dimensional")
+    fmt = attrs["data_format"]
+    n, h, w, c = shape_to_nhwc(input_shape, fmt)
+    dn, dh, dw, dc = shape_to_nhwc(dy_shape, fmt)
+    if n != dn:
+        raise OpError(op, f"{label}: input and out_backprop must have the same batch size")
+    for what, v in (("rows", h), ("cols", w), ("depth", c)):
+        if v > INT32_MAX:
+            raise OpError(op, f"{label}: {what} of input too large")
+    if c != filter_shape[2]:
+        raise OpError(op, f"{label}: input and filter must have the same in_depth")
+    if c * filter_shape[3] != dc:
+        raise OpError(op, f"{label}: depth_multiplier * in_depth not equal to out_depth")
+    g = geometry(op, attrs, (n, h, w, c), filter_shape)
+    for what, actual, computed in (("rows", dh, g.out_rows), ("cols", dw, g.out_cols)):
+        if actual != computed:
+            raise OpError(
+                op, f"{label}: Number of {what} of out_backprop doesn't match computed: actual = {actual}, computed = {computed}"
+            )
+    return g
+
+
+def check_sizes_vector(op, sizes):
+    """``input_sizes`` / ``filter_sizes``: an int32 vector of 4 non-negative dims; returns them as ints."""
+    label, name = SIZES_LABELS[op]
+    sizes = np.asarray(sizes)
+    if sizes.dtype != np.int32:
+        raise OpError(op, f"{name} must be int32, got {sizes.dtype.name}")
+    if sizes.ndim != 1:
+        raise OpError(op, f"{label}: {name} input must be 1-dim, not {sizes.ndim}")
+    for i, v in enumerate(sizes):
+        if v < 0:
+            raise OpError(op, f"Dimension {i} of {name} must be >= 0")
+    return [int(v) for v in sizes]
+
+
+def check_output_size(op, shape, dtype):
+    elements = 1
+    for d in shape:
+        elements *= d
+    if elements * np.dtype(dtype).itemsize > MAX_OUTPUT_BYTES:
+        raise OpError(op, f"output of shape {shape_str(shape)} is too large to allocate")
+
+
+def _round_to(acc_region, dtype):
+    """Round a float32 accumulator region to T (float16/bfloat16) in place, as TF does after every tap."""
+    acc_region[...] = acc_region.astype(dtype).astype(np.float32)
+
+
+def forward(x, w, g: Geometry):
+    """out[b, i, j, c*M + m] = sum over taps (r, s), row-major, of w[r, s, c, m] * x[b, i*S + r*dh - pt, ...]."""
+    dtype = x.dtype
+    acc_t = accumulator_dtype(dtype)
+    acc = np.zeros((g.batch, g.out_rows, g.out_cols, g.depth, g.multiplier), acc_t)
+    if acc.size:
+        wt = w.astype(acc_t)
+        for r in range(g.filter_rows):
+            for s in range(g.filter_cols):
+                where = g.tap_slices(r, s)
+                if where is None:
+                    continue
+                out_r, out_c, in_r, in_c = where
+                region = acc[:, out_r, out_c]
+                # product rounded, then sum rounded: no fused multiply-add, as TF's x86 wheels
+                region += x[:, in_r, in_c, :, None].astype(acc_t) * wt[r, s]
+                if acc_t != dtype:
+                    _round_to(region, dtype)
+    return acc.reshape(g.batch, g.out_rows, g.out_cols, g.depth * g.multiplier).astype(dtype)
+
+
+def _sum_over_multiplier(a, dtype):
+    """dX[..., c] from the per-output-channel partial sums a[..., c, m], in TF's Eigen order.
+
+    M == 1 passes a through. Otherwise full blocks of W m's are reduced the way Eigen reduces one AVX
+    register and added to a zero accumulator, then the remaining m's are added one by one.
+    float32 (W = 8): h_i = v_i + v_{i+4}, block = (h_0 + h_2) + (h_1 + h_3).
+    float64 (W = 4): block = (v_0 + v_2) + (v_1 + v_3).
+    float16/bfloat16 (W = 8): the float32 tree on the widened values, rounded to T once; every addition
+    to the accumulator is done in float32 and rounded to T.
+    """
+    m_count = a.shape[-1]
+    if m_count == 1:
+        return a[..., 0]
+    low = is_low_precision(dtype)
+    acc = np.zeros(a.shape[:-1], a.dtype)
+    width = 4 if a.dtype == np.float64 else 8
+    full = width * (m_count // width)
+    for b in range(0, full, width):
+        v = a[..., b : b + width]
+        h = v[..., 0:4] + v[..., 4:8] if width == 8 else v
+        block = (h[..., 0] + h[..., 2]) + (h[..., 1] + h[..., 3])
+        if low:
+            block = block.astype(dtype).astype(np.float32)
+        acc = acc + block
+        if low:
+            acc = acc.astype(dtype).astype(np.float32)
+    for m in range(full, m_count):
+        acc = acc + a[..., m]
+        if low:
+            acc = acc.astype(dtype).astype(np.float32)
+    return acc
+
+
+def backprop_input(w, dy, g: Geometry):
+    """dX[b, y, x, c]: for each output channel c*M+m the taps in ascending order, then the sum over m."""
+    dtype = dy.dtype
+    acc_t = accumulator_dtype(dtype)
+    a = np.zeros((g.batch, g.in_rows, g.in_cols, g.depth, g.multiplier), acc_t)
+    if a.size and dy.size:
+        dy5 = dy.reshape(g.batch, g.out_rows, g.out_cols, g.depth, g.multiplier).astype(acc_t)
+        wt = w.astype(acc_t)
+        for r in range(g.filter_rows):
+            for s in range(g.filter_cols):
+                where = g.tap_slices(r, s)
+                if where is None:
+                    continue
+                out_r, out_c, in_r, in_c = where
+                # each input position receives at most one term per tap, so this is a per-element
+                # running sum in ascending tap order
+                region = a[:, in_r, in_c]
+                region += dy5[:, out_r, out_c] * wt[r, s]
+                if acc_t != dtype:
+                    _round_to(region, dtype)
+    return _sum_over_multiplier(a, dtype).astype(dtype)
+
+
+def backprop_filter(x, dy, g: Geometry):
+    """dW[r, s, c, m]: per batch a row-major running sum over output positions, then the batches in order."""
+    dtype = dy.dtype
+    acc_t = accumulator_dtype(dtype)
+    cm = g.depth * g.multiplier
+    dw = np.zeros((g.filter_rows, g.filter_cols, cm), acc_t)
+    if dw.size and dy.size:
+        dy4 = dy.reshape(g.batch, g.out_rows, g.out_cols, g.depth, g.multiplier).astype(acc_t)
+        for r in range(g.filter_rows):
+            for s in range(g.filter_cols):
+                where = g.tap_slices(r, s)
+                if where is None:
+                    continue
+                out_r, out_c, in_r, in_c = where
+                products = (dy4[:, out_r, out_c] * x[:, in_r, in_c, :, None].astype(acc_t)).reshape(g.batch, -1, cm)
+                dw[r, s] = _sequential_sum_per_batch(products, dtype)
+    return dw.reshape(g.filter_rows, g.filter_cols, g.depth, g.multiplier).astype(dtype)
+
+
+def _sequential_sum_per_batch(products, dtype):
+    """((0 + buf_0) + buf_1) + ..., where buf_b = ((0 + p_b0) + p_b1) + ... over positions in order.
+
+    float32/float64: np.cumsum adds strictly left to right (NumPy's pairwise summation is only used by
+    np.sum), so its last element is the sequential sum; "+ 0" turns an all-(-0) sum into TF's +0.
+    float16/bfloat16 round the running sum to T after every addition, which needs an explicit loop.
+    """
+    if not is_low_precision(dtype):
+        per_batch = np.cumsum(products, axis=1)[:, -1]
+        return np.cumsum(per_batch + 0, axis=0)[-1] + 0
+    buf = np.zeros((products.shape[0], products.shape[2]), np.float32)
+    for p in range(products.shape[1]):
+        buf = (buf + products[:, p]).astype(dtype).astype(np.float32)
+    total = np.zeros(products.shape[2], np.float32)
+    for b in range(products.shape[0]):
+        total = (total + buf[b]).astype(dtype).astype(np.float32)
+    return total
+
+
+__all__ = [
+    "FORWARD",
+    "BACKPROP_INPUT",
+    "BACKPROP_FILTER",
+    "LABELS",
+    "Geometry",
+    "geometry",
+    "forward_geometry",
+    "backprop_geometry",
+    "check_float",
+    "check_sizes_vector",
+    "check_output_size",
+    "forward",
+    "backprop_input",
+    "backprop_filter",
+    "to_nhwc",
+    "from_nhwc",
+    "shape_to_nhwc",
+    "shape_str",
+    "spatial_axes",
+]

@@ -1,0 +1,22 @@
+"""DepthwiseConv2dNativeBackpropFilter: the gradient of DepthwiseConv2dNative with respect to its filter.
+
+dW[r, s, c, m] = sum over b, i, j of dY[b, i, j, c*M + m] * input[b, i*S + r*dh - pt, j*S + s*dw - pl, c]
+(positions on padding contribute nothing). An empty out_backprop gives zeros (TF returns uninitialized memory).
+"""
+import numpy as np
+
+from ort_ops.reference import _depthwise as dw
+
+OP = dw.BACKPROP_FILTER
+
+
+def run(input, filter_sizes, out_backprop, *, strides, padding, explicit_paddings, data_format, dilations):  # noqa: A002
+    attrs = dict(strides=strides, padding=padding, explicit_paddings=explicit_paddings, data_format=data_format, dilations=dilations)
+    input, out_backprop = np.asarray(input), np.asarray(out_backprop)  # noqa: A001
+    dtype = dw.check_float(OP, input=input, out_backprop=out_backprop)
+    dw.check_attrs(OP, attrs)
+    filter_shape = dw.check_sizes_vector(OP, filter_sizes)
+    g = dw.backprop_geometry(OP, attrs, input.shape, filter_shape, out_backprop.shape)
+    dw.check_output_size(OP, filter_shape, dtype)
+    dwt = dw.backprop_filter(dw.to_nhwc(input, data_format), dw.to_nhwc(out_backprop, data_format), g)
+    return (dwt,)
