@@ -1,0 +1,29 @@
+"""FakeQuantWithMinMaxVarsPerChannelGradient: gradients w.r.t. the input and the per-channel min and max."""
+import numpy as np
+
+from ort_ops.reference import _fake_quant as fq
+
+OP = "FakeQuantWithMinMaxVarsPerChannelGradient"
+
+
+def run(gradients, inputs, min, max, *, num_bits, narrow_range):  # noqa: A002 -- TF's input names
+    fq.check_num_bits(OP, num_bits)
+    g = fq.as_float32(OP, "gradients", gradients)
+    x = fq.as_float32(OP, "inputs", inputs)
+    fq.check_same_size(OP, g, x)
+    mn = fq.as_float32(OP, "min", min)
+    mx = fq.as_float32(OP, "max", max)
+    depth = fq.check_channel_range(OP, x, mn, mx)
+    nudged_min, nudged_max, _, _, zero_range = fq.vars_params(mn, mx, num_bits, narrow_range)
+    # TF views the input as [N, d] and reduces each column (a chip) with Eigen's packet reduction.
+    rows = int(np.prod(x.shape[:-1]))
+    g2 = g.reshape(rows, depth)
+    x2 = x.reshape(rows, depth)
+    dx = fq.masked(g2, fq.inside_mask(x2, nudged_min, nudged_max))
+    dmin = fq.column_sums(fq.masked(g2, (x2 < nudged_min).astype(np.float32)))
+    dmax = fq.column_sums(fq.masked(g2, (x2 > nudged_max).astype(np.float32)))
+    # Channels with min == max == 0 pass the whole gradient and send nothing to min/max.
+    dx = np.where(zero_range, g2, dx).astype(np.float32)
+    dmin = np.where(zero_range, np.float32(0), dmin).astype(np.float32)
+    dmax = np.where(zero_range, np.float32(0), dmax).astype(np.float32)
+    return dx.reshape(x.shape), dmin, dmax
