@@ -1,0 +1,192 @@
+"""Writes the example SavedModels into models/<name>/saved_model (re-runnable, deterministic).
+
+    cd /work/main && PYTHONPATH=. python -m models.make_models [--only NAME ...]
+
+- qat_cnn: the quantization-aware CNN of models/qat_network.py in inference form (serving_default:
+  images [batch, 16, 16, 3] -> logits [batch, 10]).
+- qat_cnn_train_step: the same network's training step (serving_default: images [8, 16, 16, 3],
+  labels [8] -> loss, the gradient of every trainable variable, and each batch norm's batch mean
+  and variance).
+- qdq: quantize_and_dequantize (V2/V3/V4 ops) in several configurations and the V4 gradient.
+
+The ONNX files next to them are written by ``python -m models.run_all``.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+import tf_keras  # noqa: E402
+
+from models import qat_network  # noqa: E402
+
+MODELS_DIR = Path(__file__).resolve().parent
+SEED = 1234
+TRAIN_BATCH = 8
+WARMUP_STEPS = 30
+
+
+def saved_model_dir(name: str) -> Path:
+    return MODELS_DIR / name / "saved_model"
+
+
+def build_trained_qat_cnn() -> qat_network.QatCnn:
+    """The network after a few SGD steps on random data, so that the batch-norm moving statistics,
+    the learned activation ranges and the weights are all non-trivial."""
+    tf_keras.utils.set_random_seed(SEED)
+    model = qat_network.QatCnn(name="qat_cnn")
+    for bn in model.batch_norms():
+        bn.momentum = 0.8  # a few warm-up steps move the moving statistics far from (0, 1)
+    rng = np.random.default_rng(SEED)
+    model(tf.zeros((1,) + qat_network.IMAGE_SHAPE), training=False)
+    optimizer = tf_keras.optimizers.SGD(learning_rate=0.05)
+    for _ in range(WARMUP_STEPS):
+        for layer in model.weight_quantized():
+            layer.set_range_from_kernel()
+        images = rng.uniform(0.0, 1.0, (16,) + qat_network.IMAGE_SHAPE).astype(np.float32)
+        # Labels that depend on the images, so training has something to learn.
+        labels = (images.mean(axis=(1, 2)) @ np.arange(1, 4, dtype=np.float32) * 3).astype(np.int32) % 10
+        with tf.GradientTape() as tape:
+            loss = qat_network.cross_entropy(model(images, training=True), labels)
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    for layer in model.weight_quantized():
+        layer.set_range_from_kernel()
+    return model
+
+
+def output_key(variable) -> str:
+    """A signature output name for a variable's gradient, e.g. 'grad_conv1_kernel'."""
+    layer_path = variable.name.split(":")[0].split("/")[1:]  # drop the model's own name scope
+    return "grad_" + re.sub(r"[^0-9A-Za-z]+", "_", "/".join(layer_path)).strip("_")
+
+
+class QatCnnInference(tf.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    @tf.function(input_signature=[tf.TensorSpec((None,) + qat_network.IMAGE_SHAPE, tf.float32, name="images")])
+    def serve(self, images):
+        return {"logits": self.model(images, training=False)}
+
+
+class QatCnnTrainStep(tf.Module):
+    """loss and gradients of one training step; no variable is assigned (see FusedBatchNorm)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+        for bn in model.batch_norms():
+            bn.export_batch_stats = True
+
+    @tf.function(
+        input_signature=[
+            tf.TensorSpec((TRAIN_BATCH,) + qat_network.IMAGE_SHAPE, tf.float32, name="images"),
+            tf.TensorSpec((TRAIN_BATCH,), tf.int32, name="labels"),
+        ]
+    )
+    def train_step(self, images, labels):
+        variables = self.model.trainable_variables
+        with tf.GradientTape() as tape:
+            loss = qat_network.cross_entropy(self.model(images, training=True), labels)
+        grads = tape.gradient(loss, variables)
+        out = {"loss": loss}
+        out.update({output_key(v): g for v, g in zip(variables, grads)})
+        for bn in self.model.batch_norms():
+            mean, var = bn.batch_stats
+            out[f"{bn.name}_batch_mean"] = mean
+            out[f"{bn.name}_batch_variance"] = var
+        return out
+
+
+QDQ_SHAPE = (2, 6, 6, 4)
+# Ranges whose quantization step is a power of two (8 bits signed: scale 64 on both sides), so that
+# inputs on a 1/128 grid land exactly on rounding ties and the two rounding modes differ.
+TIE_MIN, TIE_MAX = -2.0, 127.0 / 64.0
+
+
+class QuantizeDequantizeModel(tf.Module):
+    @tf.function(input_signature=[tf.TensorSpec(QDQ_SHAPE, tf.float32, name="x")])
+    def serve(self, x):
+        qdq2 = tf.quantization.quantize_and_dequantize_v2  # emits QuantizeAndDequantizeV4
+        out = {}
+        out["tensor_given_half_even"] = qdq2(x, TIE_MIN, TIE_MAX, range_given=True, round_mode="HALF_TO_EVEN")
+        out["tensor_given_half_up"] = qdq2(x, TIE_MIN, TIE_MAX, range_given=True, round_mode="HALF_UP")
+        out["tensor_data_half_even"] = qdq2(x, 0.0, 0.0, range_given=False, round_mode="HALF_TO_EVEN")
+        out["tensor_data_half_up_4bit_narrow"] = qdq2(
+            x, 0.0, 0.0, range_given=False, round_mode="HALF_UP", num_bits=4, narrow_range=True
+        )
+        out["tensor_given_unsigned_6bit"] = qdq2(
+            x, 0.0, 1.5, signed_input=False, num_bits=6, range_given=True, round_mode="HALF_UP"
+        )
+        # Per axis (TF 2.21 rejects per-axis with range_given=True, so the range comes from the data).
+        # (min/max must still be vectors of dims[axis]; their values are ignored.)
+        zeros4, zeros6 = tf.zeros([QDQ_SHAPE[3]]), tf.zeros([QDQ_SHAPE[1]])
+        out["axis3_data_half_even"] = qdq2(x, zeros4, zeros4, range_given=False, axis=3, round_mode="HALF_TO_EVEN")
+        out["axis1_data_half_up"] = qdq2(x, zeros6, zeros6, range_given=False, axis=1, round_mode="HALF_UP")
+        # The deprecated wrapper emits QuantizeAndDequantizeV2; V3 exists only as a raw op.
+        out["v2_op_given"] = tf.quantization.quantize_and_dequantize(x, -1.0, 1.0, range_given=True)
+        out["v3_op_5bit"] = tf.raw_ops.QuantizeAndDequantizeV3(
+            input=x, input_min=-1.5, input_max=1.5, num_bits=tf.constant(5), range_given=True
+        )
+        # Gradients: QuantizeAndDequantizeV4Grad passes the gradient where input_min <= x <= input_max.
+        weights = tf.reshape(tf.range(1.0, 1.0 + np.prod(QDQ_SHAPE), dtype=tf.float32), QDQ_SHAPE) / 64.0
+        axis_min = tf.constant([-1.0, -0.5, -2.0, -0.25])
+        axis_max = tf.constant([1.0, 0.5, 2.0, 0.75])
+        with tf.GradientTape(persistent=True) as tape:
+            tape.watch(x)
+            y_tensor = qdq2(x, -1.0, 1.0, range_given=True, round_mode="HALF_UP")
+            y_axis = qdq2(x, axis_min, axis_max, range_given=False, axis=3)
+            objective_tensor = tf.reduce_sum(weights * y_tensor)
+            objective_axis = tf.reduce_sum(weights * y_axis)
+        out["grad_tensor_given"] = tape.gradient(objective_tensor, x)
+        out["grad_axis3"] = tape.gradient(objective_axis, x)
+        return out
+
+
+def save(module, name, function):
+    path = saved_model_dir(name)
+    if path.exists():
+        shutil.rmtree(path)
+    tf.saved_model.save(module, str(path), signatures={"serving_default": function})
+    size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    print(f"wrote {path.relative_to(MODELS_DIR.parent)} ({size / 1024:.0f} KiB)")
+    return path
+
+
+def make_qat_cnn():
+    module = QatCnnInference(build_trained_qat_cnn())
+    save(module, "qat_cnn", module.serve)
+
+
+def make_qat_cnn_train_step():
+    module = QatCnnTrainStep(build_trained_qat_cnn())
+    save(module, "qat_cnn_train_step", module.train_step)
+
+
+def make_qdq():
+    module = QuantizeDequantizeModel()
+    save(module, "qdq", module.serve)
+
+
+MAKERS = {"qat_cnn": make_qat_cnn, "qat_cnn_train_step": make_qat_cnn_train_step, "qdq": make_qdq}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", nargs="+", choices=sorted(MAKERS), help="make only these models")
+    args = parser.parse_args(argv)
+    for name in args.only or MAKERS:
+        MAKERS[name]()
+
+
+if __name__ == "__main__":
+    main()
