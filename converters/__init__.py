@@ -1,0 +1,43 @@
+"""TensorFlow graphs -> ONNX models that ONNX Runtime runs exactly like TensorFlow.
+
+Built on tf2onnx for every op outside the family. The family (FakeQuant*, QuantizeAndDequantize*,
+FusedBatchNorm*, DepthwiseConv2dNative*, 19 ops) is converted here, in one of two lowerings:
+
+- ``lowering="custom"`` (default): one node of the domain ``ai.onnx.converters.tensorflow`` per op,
+  run by the custom-op library (``ort_ops.library_path()``);
+- ``lowering="standard"``: standard ONNX operators only (converters.standard), where exact.
+
+Every model has ``ir_version = ort_ops.IR_VERSION``; conversion fails with
+``UnconvertedOpsError`` rather than leaving a TF op behind.
+"""
+from converters.errors import ConversionError, LoweringError, UnconvertedOpsError
+from converters.frontends import from_concrete_function, from_function, from_graph_def, from_keras, from_saved_model
+from converters.pipeline import DEFAULT_OPSET, LOWERINGS, convert_frozen_graph
+from converters.verification import (
+    OutputCheck,
+    VerifyReport,
+    verify,
+    verify_graph_def,
+    verify_keras,
+    verify_saved_model,
+)
+
+__all__ = [
+    "ConversionError",
+    "LoweringError",
+    "UnconvertedOpsError",
+    "DEFAULT_OPSET",
+    "LOWERINGS",
+    "convert_frozen_graph",
+    "from_concrete_function",
+    "from_function",
+    "from_graph_def",
+    "from_keras",
+    "from_saved_model",
+    "OutputCheck",
+    "VerifyReport",
+    "verify",
+    "verify_graph_def",
+    "verify_keras",
+    "verify_saved_model",
+]

@@ -1,0 +1,54 @@
+"""lowering="custom": each family op becomes one node of the domain ``ai.onnx.converters.tensorflow``.
+
+The new node has the TF op name as op_type, the TF inputs in TF order, the same output names, and
+the TF attributes under their TF names (bools as INT 0/1, strings as STRING, int lists as INTS,
+every attribute written out with TF's default filled in). Type attributes (T, U) are dropped:
+ONNX carries element types on the tensors.
+"""
+from __future__ import annotations
+
+import ort_ops
+from ort_ops.model import node_attributes
+from ort_ops.schemas import DOMAIN
+
+
+def tf_attributes(node, op_type: str) -> dict:
+    """The spec's attributes of a tf2onnx ``node`` in Python form, with TF's defaults filled in.
+
+    Raises ort_ops.OpError for a value the op does not accept (e.g. an unknown round_mode).
+    """
+    spec = ort_ops.get_spec(op_type)
+    given = {}
+    for attr in spec.attrs:
+        proto = node.get_attr(attr.name)
+        if proto is not None:
+            given[attr.name] = node.get_attr_value(attr.name)
+    return spec.with_defaults(given)
+
+
+def onnx_attributes(op_type: str, attrs: dict) -> dict:
+    """Attributes as they go on the ONNX node. An empty int list (explicit_paddings' default) is left
+    out: ONNX cannot type an empty list, and the op reads a missing attribute as TF's default."""
+    out = node_attributes(op_type, attrs)
+    return {k: v for k, v in out.items() if not (isinstance(v, list) and not v)}
+
+
+def lower_to_custom_node(ctx, node, op_type: str) -> None:
+    """Replace TF ``node`` of ``op_type`` in tf2onnx graph ``ctx`` with its node of the domain."""
+    attrs = onnx_attributes(op_type, tf_attributes(node, op_type))
+    name = node.name
+    inputs = list(node.input)
+    outputs = list(node.output)
+    shapes = [ctx.get_shape(o) for o in outputs]
+    dtypes = [ctx.get_dtype(o) for o in outputs]
+    ctx.remove_node(name)
+    ctx.make_node(
+        op_type,
+        inputs,
+        attr=attrs,
+        outputs=outputs,
+        name=name,
+        shapes=shapes,
+        dtypes=dtypes,
+        domain=DOMAIN,
+    )

@@ -1,0 +1,121 @@
+"""Frozen TF GraphDef -> ONNX model: tf2onnx for everything outside the family, our handlers inside it.
+
+This follows tf2onnx.convert's own sequence (import the graph, parse it into tf2onnx graphs,
+rewrite, map ops to handlers, optimize, build the model) with two additions: family nodes are
+shielded from tf2onnx's rewriters right after parsing (see converters.family), and the result is
+checked for leftover TF ops (converters.completeness).
+"""
+from __future__ import annotations
+
+import logging
+from typing import Callable, Dict, Optional, Sequence
+
+import onnx
+
+from converters.completeness import check_fully_converted
+from converters.errors import ConversionError, LoweringError
+from converters.family import FAMILY_OPS, shield_family_nodes, shielded_type
+from converters.lowering_custom import lower_to_custom_node
+from ort_ops.model import IR_VERSION
+from ort_ops.schemas import DOMAIN, OPSET_VERSION
+from ort_ops.spec import OpError
+
+LOWERINGS = ("custom", "standard")
+DEFAULT_OPSET = 17
+
+logger = logging.getLogger(__name__)
+
+
+def _standard_lowerings() -> Dict[str, Callable]:
+    # Imported lazily: converters.standard is written separately and only needed for this mode.
+    from converters.standard import STANDARD_LOWERINGS
+
+    return STANDARD_LOWERINGS
+
+
+def _family_handlers(lowering: str, failures: list) -> dict:
+    """tf2onnx custom_op_handlers for the shielded family types.
+
+    tf2onnx (with continue_on_error, as its own converters use) only logs a handler's exception; we
+    record it in ``failures`` so that conversion fails with our error instead of a log line.
+    """
+    if lowering not in LOWERINGS:
+        raise ValueError(f"lowering must be one of {LOWERINGS}, got {lowering!r}")
+    table = _standard_lowerings() if lowering == "standard" else None
+
+    def make_handler(op_type):
+        def handler(ctx, node, name, args):
+            # Undo the shielding: from here on the node is the TF op again.
+            node.type = op_type
+            try:
+                if table is None:
+                    lower_to_custom_node(ctx, node, op_type)
+                else:
+                    lowering_fn = table.get(op_type)
+                    if lowering_fn is None:
+                        raise LoweringError(op_type, name, "the standard lowering has no rule for this op")
+                    lowering_fn(ctx, node)
+            except OpError as e:
+                failures.append(ConversionError(f"{op_type} (node {name!r}): {e.detail}"))
+                raise
+            except Exception as e:
+                failures.append(e)
+                raise
+
+        return handler
+
+    return {shielded_type(op): (make_handler(op), []) for op in FAMILY_OPS}
+
+
+def convert_frozen_graph(
+    frozen_graph,
+    input_names: Sequence[str],
+    output_names: Sequence[str],
+    lowering: str = "custom",
+    opset: int = DEFAULT_OPSET,
+    name: str = "converted",
+    tensors_to_rename: Optional[dict] = None,
+    initialized_tables: Optional[dict] = None,
+    shape_override: Optional[dict] = None,
+    output_path: Optional[str] = None,
+) -> onnx.ModelProto:
+    """Convert a frozen GraphDef (variables already constants) to an ONNX model.
+
+    Raises LoweringError / ConversionError when a family op cannot be written in ``lowering``, and
+    UnconvertedOpsError when tf2onnx left any op unconverted. The model has ir_version IR_VERSION.
+    """
+    import tensorflow as tf
+    from tf2onnx import optimizer, tf_loader, utils
+    from tf2onnx.tfonnx import graphs_from_tf, process_graphs
+
+    failures: list = []
+    handlers = _family_handlers(lowering, failures)
+    extra_opset = [utils.make_opsetid(DOMAIN, OPSET_VERSION)] if lowering == "custom" else []
+    opset = utils.find_opset(opset)
+
+    tf_loader.clear_functions()
+    with tf.device("/cpu:0"), tf.Graph().as_default() as tf_graph:
+        tf.import_graph_def(frozen_graph, name="")
+        main_g, subgraphs = graphs_from_tf(tf_graph, list(input_names), list(output_names), shape_override)
+        for g in [main_g] + subgraphs:
+            g.set_config(None, opset, extra_opset)
+            shield_family_nodes(g)
+        g = process_graphs(
+            main_g, subgraphs, handlers, [], [], True, None, initialized_tables, tensors_to_rename
+        )
+        if failures:
+            raise failures[0]
+        g = optimizer.optimize_graph(g, catch_errors=True)
+        model = g.make_model(f"converted from {name} by converters (tf2onnx, lowering={lowering})")
+
+    # tf2onnx stamps the IR version it associates with the opset; ONNX Runtime needs ours.
+    model.ir_version = IR_VERSION
+    if lowering == "standard":
+        # No node of the domain remains, so the model must not demand the custom library.
+        del_imports = [i for i, imp in enumerate(model.opset_import) if imp.domain == DOMAIN]
+        for i in reversed(del_imports):
+            del model.opset_import[i]
+    check_fully_converted(model)
+    if output_path:
+        onnx.save_model(model, output_path)
+    return model
