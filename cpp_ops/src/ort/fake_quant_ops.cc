@@ -1,0 +1,226 @@
+// ORT adapters for FakeQuantWithMinMax{Args,Vars,VarsPerChannel}(+Gradient): attribute and input
+// validation with TF's messages (tf-semantics.md 1.5), then the kernels in kernels/fake_quant.h.
+#include <algorithm>
+
+#include "kernels/fake_quant.h"
+#include "ort/op_base.h"
+
+namespace tfops {
+namespace ort {
+namespace {
+
+// num_bits and narrow_range, shared by all six ops.
+struct FakeQuantBits {
+  int quant_min = 0;
+  int quant_max = 255;
+
+  explicit FakeQuantBits(const KernelAttributes& attrs) {
+    const int64_t num_bits = attrs.Int("num_bits", 8);
+    if (num_bits < 2 || num_bits > 16) throw OpError("num_bits must be between 2 and 16, inclusive");
+    quant_min = attrs.Bool("narrow_range", false) ? 1 : 0;
+    quant_max = (1 << num_bits) - 1;
+  }
+};
+
+// Args ops: min and max are attributes and TF requires min < max.
+FakeQuantGrid ArgsGrid(const KernelAttributes& attrs, const FakeQuantBits& bits) {
+  const float min = attrs.Float("min", -6.0f);
+  const float max = attrs.Float("max", 6.0f);
+  if (!(min < max)) {
+    throw OpError("min has to be smaller than max, was: " + FloatString(min) + " >= " + FloatString(max));
+  }
+  return NudgeFakeQuantRange(min, max, bits.quant_min, bits.quant_max);
+}
+
+void RequireSameShape(const Tensor& gradients, const Tensor& inputs) {
+  if (gradients.shape != inputs.shape) throw OpError("gradient and input must be the same size");
+}
+
+void RequireScalar(const Tensor& t, const char* name) {
+  if (t.rank() != 0) {
+    throw OpError(std::string("`") + name + "` must be rank 0 but is rank " + std::to_string(t.rank()));
+  }
+}
+
+// PerChannel ops: inputs of rank >= 1, min and max vectors of the last dim's size.
+int64_t RequireChannelRanges(const Tensor& inputs, const Tensor& min, const Tensor& max) {
+  if (inputs.rank() < 1) throw OpError("input must be at least rank 1");
+  const int64_t depth = inputs.shape.back();
+  for (const auto* t : {&min, &max}) {
+    const char* name = t == &min ? "min" : "max";
+    if (t->rank() != 1) {
+      throw OpError(std::string("`") + name + "` must be rank 1 but is rank " + std::to_string(t->rank()));
+    }
+    if (t->shape[0] != depth) {
+      throw OpError(std::string(name) + " has incorrect size, expected " + std::to_string(depth) + " was " +
+                    std::to_string(t->shape[0]));
+    }
+  }
+  return depth;
+}
+
+// Output 0 takes the shape of input `index`; the other outputs as given.
+void SameShapeAs(ShapeInference& ctx, std::size_t input, std::size_t output) {
+  TypeShape ts = ctx.Input(input);
+  ts.type = kFloat;
+  ctx.SetOutput(output, ts);
+}
+
+class FakeQuantWithMinMaxArgs {
+ public:
+  static constexpr const char* kName = "FakeQuantWithMinMaxArgs";
+  explicit FakeQuantWithMinMaxArgs(const KernelAttributes& attrs) : grid_(ArgsGrid(attrs, FakeQuantBits(attrs))) {}
+
+  void Compute(KernelContext& ctx) const {
+    const Tensor x = ctx.Input(0);
+    float* y = ctx.Output<float>(0, x.shape);
+    FakeQuantForward(x.Data<float>(), y, x.size, grid_, /*use_division=*/false, ctx.parallel());
+  }
+  static void InferShapes(ShapeInference& ctx) { SameShapeAs(ctx, 0, 0); }
+
+ private:
+  FakeQuantGrid grid_;
+};
+
+class FakeQuantWithMinMaxArgsGradient {
+ public:
+  static constexpr const char* kName = "FakeQuantWithMinMaxArgsGradient";
+  explicit FakeQuantWithMinMaxArgsGradient(const KernelAttributes& attrs)
+      : grid_(ArgsGrid(attrs, FakeQuantBits(attrs))) {}
+
+  void Compute(KernelContext& ctx) const {
+    const Tensor g = ctx.Input(0);
+    const Tensor x = ctx.Input(1);
+    RequireSameShape(g, x);
+    float* dx = ctx.Output<float>(0, x.shape);
+    FakeQuantGradientInput(g.Data<float>(), x.Data<float>(), dx, x.size, grid_, ctx.parallel());
+  }
+  static void InferShapes(ShapeInference& ctx) { SameShapeAs(ctx, 1, 0); }
+
+ private:
+  FakeQuantGrid grid_;
+};
+
+class FakeQuantWithMinMaxVars {
+ public:
+  static constexpr const char* kName = "FakeQuantWithMinMaxVars";
+  explicit FakeQuantWithMinMaxVars(const KernelAttributes& attrs) : bits_(attrs) {}
+
+  void Compute(KernelContext& ctx) const {
+    const Tensor x = ctx.Input(0), min = ctx.Input(1), max = ctx.Input(2);
+    RequireScalar(min, "min");
+    RequireScalar(max, "max");
+    float* y = ctx.Output<float>(0, x.shape);
+    const float lo = min.Scalar<float>(), hi = max.Scalar<float>();
+    if (FakeQuantRangeIsZero(lo, hi)) {
+      std::fill(y, y + x.size, 0.0f);
+      return;
+    }
+    const FakeQuantGrid grid = NudgeFakeQuantRange(lo, hi, bits_.quant_min, bits_.quant_max);
+    FakeQuantForward(x.Data<float>(), y, x.size, grid, /*use_division=*/true, ctx.parallel());
+  }
+  static void InferShapes(ShapeInference& ctx) { SameShapeAs(ctx, 0, 0); }
+
+ private:
+  FakeQuantBits bits_;
+};
+
+class FakeQuantWithMinMaxVarsGradient {
+ public:
+  static constexpr const char* kName = "FakeQuantWithMinMaxVarsGradient";
+  explicit FakeQuantWithMinMaxVarsGradient(const KernelAttributes& attrs) : bits_(attrs) {}
+
+  void Compute(KernelContext& ctx) const {
+    const Tensor g = ctx.Input(0), x = ctx.Input(1), min = ctx.Input(2), max = ctx.Input(3);
+    RequireSameShape(g, x);
+    RequireScalar(min, "min");
+    RequireScalar(max, "max");
+    float* dx = ctx.Output<float>(0, x.shape);
+    float* dmin = ctx.Output<float>(1, {});
+    float* dmax = ctx.Output<float>(2, {});
+    FakeQuantVarsGradient(g.Data<float>(), x.Data<float>(), x.size, min.Scalar<float>(), max.Scalar<float>(),
+                          bits_.quant_min, bits_.quant_max, dx, dmin, dmax, ctx.parallel());
+  }
+  static void InferShapes(ShapeInference& ctx) {
+    SameShapeAs(ctx, 1, 0);
+    ctx.SetOutput(1, kFloat, {});
+    ctx.SetOutput(2, kFloat, {});
+  }
+
+ private:
+  FakeQuantBits bits_;
+};
+
+class FakeQuantWithMinMaxVarsPerChannel {
+ public:
+  static constexpr const char* kName = "FakeQuantWithMinMaxVarsPerChannel";
+  explicit FakeQuantWithMinMaxVarsPerChannel(const KernelAttributes& attrs) : bits_(attrs) {}
+
+  void Compute(KernelContext& ctx) const {
+    const Tensor x = ctx.Input(0), min = ctx.Input(1), max = ctx.Input(2);
+    const int64_t depth = RequireChannelRanges(x, min, max);
+    float* y = ctx.Output<float>(0, x.shape);
+    const int64_t rows = depth > 0 ? x.size / depth : 0;
+    FakeQuantPerChannelForward(x.Data<float>(), y, rows, depth, min.Data<float>(), max.Data<float>(),
+                               bits_.quant_min, bits_.quant_max, ctx.parallel());
+  }
+  static void InferShapes(ShapeInference& ctx) { SameShapeAs(ctx, 0, 0); }
+
+ private:
+  FakeQuantBits bits_;
+};
+
+class FakeQuantWithMinMaxVarsPerChannelGradient {
+ public:
+  static constexpr const char* kName = "FakeQuantWithMinMaxVarsPerChannelGradient";
+  explicit FakeQuantWithMinMaxVarsPerChannelGradient(const KernelAttributes& attrs) : bits_(attrs) {}
+
+  void Compute(KernelContext& ctx) const {
+    const Tensor g = ctx.Input(0), x = ctx.Input(1), min = ctx.Input(2), max = ctx.Input(3);
+    RequireSameShape(g, x);
+    const int64_t depth = RequireChannelRanges(x, min, max);
+    float* dx = ctx.Output<float>(0, x.shape);
+    float* dmin = ctx.Output<float>(1, {depth});
+    float* dmax = ctx.Output<float>(2, {depth});
+    const int64_t rows = depth > 0 ? x.size / depth : 0;
+    FakeQuantPerChannelGradient(g.Data<float>(), x.Data<float>(), rows, depth, min.Data<float>(), max.Data<float>(),
+                                bits_.quant_min, bits_.quant_max, dx, dmin, dmax, ctx.parallel());
+  }
+  static void InferShapes(ShapeInference& ctx) {
+    SameShapeAs(ctx, 1, 0);
+    // [depth]: the last dim of `inputs` when its rank is known, else the length of `min`.
+    const TypeShape x = ctx.Input(1);
+    TypeShape channels;
+    channels.type = kFloat;
+    if (x.rank() >= 1) {
+      channels.dims = {x.dims.back()};
+      channels.symbols = {x.symbols.back()};
+    } else {
+      const TypeShape min = ctx.Input(2);
+      channels.dims = {min.rank() == 1 ? min.dims[0] : -1};
+      channels.symbols = {min.rank() == 1 ? min.symbols[0] : ""};
+    }
+    ctx.SetOutput(1, channels);
+    ctx.SetOutput(2, channels);
+  }
+
+ private:
+  FakeQuantBits bits_;
+};
+
+// Every FakeQuant op takes and returns float32 only.
+CustomOp<FakeQuantWithMinMaxArgs> args_op({kFloat}, {kFloat});
+CustomOp<FakeQuantWithMinMaxArgsGradient> args_gradient_op({kFloat, kFloat}, {kFloat});
+CustomOp<FakeQuantWithMinMaxVars> vars_op({kFloat, kFloat, kFloat}, {kFloat});
+CustomOp<FakeQuantWithMinMaxVarsGradient> vars_gradient_op({kFloat, kFloat, kFloat, kFloat},
+                                                           {kFloat, kFloat, kFloat});
+CustomOp<FakeQuantWithMinMaxVarsPerChannel> per_channel_op({kFloat, kFloat, kFloat}, {kFloat});
+CustomOp<FakeQuantWithMinMaxVarsPerChannelGradient> per_channel_gradient_op({kFloat, kFloat, kFloat, kFloat},
+                                                                            {kFloat, kFloat, kFloat});
+
+const OpRegistrar kRegistered({&args_op, &args_gradient_op, &vars_op, &vars_gradient_op, &per_channel_op,
+                               &per_channel_gradient_op});
+
+}  // namespace
+}  // namespace ort
+}  // namespace tfops

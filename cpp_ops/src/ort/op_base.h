@@ -1,0 +1,299 @@
+// The ONNX Runtime adapter framework: everything that touches ORT's C API lives here and in
+// op_base.cc, so that each op's adapter (cpp_ops/src/ort/*_ops.cc) is a small class that reads and
+// validates attributes, validates inputs, and calls an ORT-free kernel (cpp_ops/src/kernels/).
+//
+// How to write an op (see fake_quant_ops.cc for complete examples):
+//
+//   class MyOp {                                       // one instance per node (ORT "kernel")
+//    public:
+//     static constexpr const char* kName = "MyTfOp";   // the op type in the domain
+//     explicit MyOp(const KernelAttributes& attrs);    // read + validate attributes; throw OpError
+//     void Compute(KernelContext& ctx) const;          // validate inputs, allocate outputs, run;
+//                                                      // throw OpError. Must be thread-safe (const).
+//     static void InferShapes(ShapeInference& ctx);    // output shapes at graph-build time; it may
+//                                                      // leave outputs unset, and should only throw
+//                                                      // OpError for input that is certainly bad.
+//   };
+//
+//   // One statically stored OrtCustomOp per type combination, then one registrar per file:
+//   CustomOp<MyOp> my_op_float({kFloat, kFloat}, {kFloat});
+//   const OpRegistrar kRegistered({&my_op_float});
+//
+// OpError messages are the problem only: the framework prefixes "<op name>: " (and the node name),
+// returns ORT_INVALID_ARGUMENT, and turns any other C++ exception into an ORT error as well, so that
+// no exception ever crosses into ORT.
+#pragma once
+
+#include <onnxruntime_c_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/parallel.h"
+
+namespace tfops {
+namespace ort {
+
+// ---------------------------------------------------------------- API table and errors
+
+// The API table ORT handed to RegisterCustomOps (the version of the headers we were built with).
+const OrtApi& Api();
+void SetApi(const OrtApi* api);
+
+// Bad attributes or inputs of a node. The message names the problem; the op name is added.
+class OpError : public std::runtime_error {
+ public:
+  explicit OpError(const std::string& message) : std::runtime_error(message) {}
+};
+
+// A call into ORT's API failed (out of memory, internal error): carries ORT's message and code.
+class OrtCallError : public std::runtime_error {
+ public:
+  OrtCallError(OrtErrorCode code, const std::string& message) : std::runtime_error(message), code(code) {}
+  OrtErrorCode code;
+};
+
+// Throws OrtCallError if `status` is an error (and releases it).
+void Check(OrtStatus* status);
+
+using Shape = std::vector<int64_t>;
+std::string ShapeString(const Shape& shape);  // "[2,3]", the way TF prints shapes in messages
+int64_t NumElements(const Shape& shape);      // throws OpError on negative dims or overflow
+// Numbers the way TF's StrCat prints them in messages: 6 (float) or 15 (double) significant digits,
+// or 9 / 17 when that is needed to read back the same value.
+std::string FloatString(float value);
+std::string DoubleString(double value);
+
+constexpr ONNXTensorElementDataType kFloat = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+constexpr ONNXTensorElementDataType kDouble = ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE;
+constexpr ONNXTensorElementDataType kFloat16 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16;
+constexpr ONNXTensorElementDataType kBFloat16 = ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16;
+constexpr ONNXTensorElementDataType kInt32 = ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32;
+
+// The element type of a C++ type (float, double, int32_t; 16-bit types are passed as uint16_t bits
+// by the op that knows what they mean, so they have no entry here).
+template <typename T>
+constexpr ONNXTensorElementDataType ElementType();
+template <>
+constexpr ONNXTensorElementDataType ElementType<float>() { return kFloat; }
+template <>
+constexpr ONNXTensorElementDataType ElementType<double>() { return kDouble; }
+template <>
+constexpr ONNXTensorElementDataType ElementType<int32_t>() { return kInt32; }
+
+const char* ElementTypeName(ONNXTensorElementDataType type);
+
+// ---------------------------------------------------------------- attributes (kernel creation)
+
+// Reads a node's attributes with TF's defaults and validates their ONNX type. ORT never checks
+// custom-op attributes, so a wrong type (e.g. a FLOAT where an INT is expected) is reported here.
+// Bools are INT attributes holding 0 or 1 (how tf2onnx writes them); strings are STRING.
+class KernelAttributes {
+ public:
+  explicit KernelAttributes(const OrtKernelInfo* info) : info_(info) {}
+
+  float Float(const char* name, float default_value) const;
+  int64_t Int(const char* name, int64_t default_value) const;
+  bool Bool(const char* name, bool default_value) const;
+  // `choices` empty: any string. Otherwise the value must be one of them.
+  std::string String(const char* name, const std::string& default_value,
+                     std::initializer_list<const char*> choices = {}) const;
+  std::string RequiredString(const char* name, std::initializer_list<const char*> choices = {}) const;
+  std::vector<int64_t> Ints(const char* name, const std::vector<int64_t>& default_value) const;
+  std::vector<int64_t> RequiredInts(const char* name) const;
+
+  bool Has(const char* name) const;
+  const OrtKernelInfo* info() const { return info_; }
+
+ private:
+  enum class Kind { kMissing, kFloat, kInt, kString, kInts, kFloats };
+  Kind Probe(const char* name) const;
+  [[noreturn]] void WrongType(const char* name, const char* expected) const;
+  std::string ReadString(const char* name) const;
+  std::vector<int64_t> ReadInts(const char* name) const;
+
+  const OrtKernelInfo* info_;
+};
+
+// ---------------------------------------------------------------- compute
+
+// A read-only view of one input tensor.
+struct Tensor {
+  ONNXTensorElementDataType type = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+  Shape shape;
+  int64_t size = 0;  // number of elements
+  const void* data = nullptr;
+
+  std::size_t rank() const { return shape.size(); }
+  template <typename T>
+  const T* Data() const { return static_cast<const T*>(data); }
+  // The value of a one-element tensor (callers check the element count first).
+  template <typename T>
+  T Scalar() const { return *Data<T>(); }
+};
+
+class KernelContext {
+ public:
+  explicit KernelContext(OrtKernelContext* context) : context_(context) {}
+
+  std::size_t InputCount() const;
+  // Throws OpError for a missing input (ORT passes null for an omitted optional input).
+  Tensor Input(std::size_t index) const;
+  // Allocates output `index` with `shape` (validated: no negative dims) and returns its buffer.
+  template <typename T>
+  T* Output(std::size_t index, const Shape& shape) {
+    return static_cast<T*>(OutputRaw(index, shape));
+  }
+  void* OutputRaw(std::size_t index, const Shape& shape);
+
+  // Runs tasks on the session's intra-op thread pool (serially when it has none).
+  tfops::Parallel parallel() const;
+
+ private:
+  OrtKernelContext* context_;
+};
+
+// ---------------------------------------------------------------- shape inference
+
+// One input's type and shape at graph-build time; a dim is -1 when unknown (its symbolic name, if any,
+// is kept so that an output copying it stays linked to it).
+struct TypeShape {
+  ONNXTensorElementDataType type = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+  Shape dims;
+  std::vector<std::string> symbols;  // same length as dims; "" where none
+
+  std::size_t rank() const { return dims.size(); }
+  bool known(std::size_t i) const { return dims[i] >= 0; }
+};
+
+class ShapeInference {
+ public:
+  explicit ShapeInference(OrtShapeInferContext* context) : context_(context) {}
+
+  std::size_t InputCount() const;
+  TypeShape Input(std::size_t index) const;
+  void SetOutput(std::size_t index, const TypeShape& type_shape);
+  void SetOutput(std::size_t index, ONNXTensorElementDataType type, const Shape& dims);
+
+  // Attributes as in KernelAttributes (defaults when absent or unreadable: the kernel reports those).
+  int64_t Int(const char* name, int64_t default_value) const;
+  std::vector<int64_t> Ints(const char* name, const std::vector<int64_t>& default_value) const;
+  std::string String(const char* name, const std::string& default_value) const;
+
+ private:
+  OrtShapeInferContext* context_;
+};
+
+// ---------------------------------------------------------------- the OrtCustomOp adapter
+
+// The C entry points shared by every op; implemented in op_base.cc.
+namespace detail {
+OrtStatus* ErrorStatus(const char* op, const OrtKernelInfo* info, const std::exception* error);
+std::string NodeName(const OrtKernelInfo* info);
+
+// The fields of OrtCustomOp that do not depend on the kernel class.
+void FillCommon(OrtCustomOp* op);
+}  // namespace detail
+
+// The static per-op data ORT sees: op name, CPU execution provider, one fixed type combination.
+// `K` is the op class described at the top of this file.
+template <class K>
+class CustomOp : public OrtCustomOp {
+ public:
+  CustomOp(std::vector<ONNXTensorElementDataType> input_types,
+           std::vector<ONNXTensorElementDataType> output_types)
+      : input_types_(std::move(input_types)), output_types_(std::move(output_types)) {
+    detail::FillCommon(this);
+    OrtCustomOp::GetName = [](const OrtCustomOp*) { return K::kName; };
+    OrtCustomOp::GetInputType = [](const OrtCustomOp* op, std::size_t i) {
+      const auto& types = static_cast<const CustomOp*>(op)->input_types_;
+      return i < types.size() ? types[i] : ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+    };
+    OrtCustomOp::GetInputTypeCount = [](const OrtCustomOp* op) {
+      return static_cast<const CustomOp*>(op)->input_types_.size();
+    };
+    OrtCustomOp::GetOutputType = [](const OrtCustomOp* op, std::size_t i) {
+      const auto& types = static_cast<const CustomOp*>(op)->output_types_;
+      return i < types.size() ? types[i] : ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+    };
+    OrtCustomOp::GetOutputTypeCount = [](const OrtCustomOp* op) {
+      return static_cast<const CustomOp*>(op)->output_types_.size();
+    };
+    OrtCustomOp::CreateKernelV2 = [](const OrtCustomOp*, const OrtApi*, const OrtKernelInfo* info,
+                                     void** kernel) -> OrtStatusPtr {
+      *kernel = nullptr;
+      try {
+        *kernel = new Kernel{K(KernelAttributes(info)), detail::NodeName(info)};
+        return nullptr;
+      } catch (const std::exception& e) {
+        return detail::ErrorStatus(K::kName, info, &e);
+      } catch (...) {
+        return detail::ErrorStatus(K::kName, info, nullptr);
+      }
+    };
+    OrtCustomOp::KernelComputeV2 = [](void* kernel, OrtKernelContext* context) -> OrtStatusPtr {
+      const Kernel* self = static_cast<const Kernel*>(kernel);
+      try {
+        KernelContext ctx(context);
+        self->op.Compute(ctx);
+        return nullptr;
+      } catch (const std::exception& e) {
+        return ComputeError(self, &e);
+      } catch (...) {
+        return ComputeError(self, nullptr);
+      }
+    };
+    OrtCustomOp::KernelDestroy = [](void* kernel) { delete static_cast<Kernel*>(kernel); };
+    OrtCustomOp::InferOutputShapeFn = [](const OrtCustomOp*, OrtShapeInferContext* context) -> OrtStatusPtr {
+      try {
+        ShapeInference ctx(context);
+        K::InferShapes(ctx);
+        return nullptr;
+      } catch (const std::exception& e) {
+        return detail::ErrorStatus(K::kName, nullptr, &e);
+      } catch (...) {
+        return detail::ErrorStatus(K::kName, nullptr, nullptr);
+      }
+    };
+  }
+
+  CustomOp(const CustomOp&) = delete;
+  CustomOp& operator=(const CustomOp&) = delete;
+
+ private:
+  struct Kernel {
+    K op;
+    std::string node_name;
+  };
+  static OrtStatus* ComputeError(const Kernel* self, const std::exception* e);
+
+  std::vector<ONNXTensorElementDataType> input_types_;
+  std::vector<ONNXTensorElementDataType> output_types_;
+};
+
+namespace detail {
+OrtStatus* ErrorStatusForNode(const char* op, const std::string& node_name, const std::exception* error);
+}
+
+template <class K>
+OrtStatus* CustomOp<K>::ComputeError(const Kernel* self, const std::exception* e) {
+  return detail::ErrorStatusForNode(K::kName, self->node_name, e);
+}
+
+// Adds statically stored ops to the library's op list at load time (one registrar per *_ops.cc file),
+// so a new file joins the library without editing any other file.
+class OpRegistrar {
+ public:
+  OpRegistrar(std::initializer_list<const OrtCustomOp*> ops);
+};
+
+// Every op registered so far, in registration order.
+const std::vector<const OrtCustomOp*>& RegisteredOps();
+
+}  // namespace ort
+}  // namespace tfops

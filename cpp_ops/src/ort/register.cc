@@ -1,0 +1,51 @@
+// The library's only exported symbol: RegisterCustomOps adds the domain
+// ai.onnx.converters.tensorflow, holding every op registered by the *_ops.cc files, to a session.
+#include <mutex>
+#include <string>
+
+#include "ort/op_base.h"
+
+namespace {
+
+constexpr const char* kDomain = "ai.onnx.converters.tensorflow";
+
+// The domain object must outlive every session that uses it, so it is created once per process and
+// never released; all sessions share it.
+OrtCustomOpDomain* g_domain = nullptr;
+std::mutex g_domain_mutex;
+
+OrtStatus* BuildDomain(const OrtApi& api) {
+  OrtCustomOpDomain* domain = nullptr;
+  if (OrtStatus* s = api.CreateCustomOpDomain(kDomain, &domain)) return s;
+  for (const OrtCustomOp* op : tfops::ort::RegisteredOps()) {
+    if (OrtStatus* s = api.CustomOpDomain_Add(domain, op)) {
+      api.ReleaseCustomOpDomain(domain);
+      return s;
+    }
+  }
+  g_domain = domain;
+  return nullptr;
+}
+
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) OrtStatus* ORT_API_CALL
+RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* api_base) {
+  if (api_base == nullptr) return nullptr;  // nothing to report an error with; ORT never does this
+  const OrtApi* api = api_base->GetApi(ORT_API_VERSION);
+  if (api == nullptr) {
+    // A runtime older than our headers: report it with the oldest API table, which every runtime has.
+    const OrtApi* oldest = api_base->GetApi(1);
+    if (oldest == nullptr) return nullptr;
+    const std::string message = std::string("libort_tf_ops: onnxruntime older than the headers this library was built with (API ") +
+                                std::to_string(ORT_API_VERSION) + "): the runtime is " + api_base->GetVersionString() +
+                                ", use onnxruntime 1." + std::to_string(ORT_API_VERSION) + " or newer";
+    return oldest->CreateStatus(ORT_FAIL, message.c_str());
+  }
+  std::lock_guard<std::mutex> lock(g_domain_mutex);
+  tfops::ort::SetApi(api);
+  if (g_domain == nullptr) {
+    if (OrtStatus* s = BuildDomain(*api)) return s;
+  }
+  return api->AddCustomOpDomain(options, g_domain);
+}
