@@ -10,5 +10,6 @@ def run(input, filter, *, strides, padding, explicit_paddings, data_format, dila
     dtype = dw.check_float(dw.FORWARD, input=input, filter=filter)
     g = dw.forward_geometry(attrs, input.shape, filter.shape)
     dw.check_output_size(dw.FORWARD, (g.batch, g.out_rows, g.out_cols, g.depth * g.multiplier), dtype)
-    out = dw.forward(dw.to_nhwc(input, data_format), filter, g)
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf and overflow follow IEEE, as in TF
+        out = dw.forward(dw.to_nhwc(input, data_format), filter, g)
     return (dw.from_nhwc(out, data_format),)

@@ -18,5 +18,6 @@ def run(input, filter_sizes, out_backprop, *, strides, padding, explicit_padding
     filter_shape = dw.check_sizes_vector(OP, filter_sizes)
     g = dw.backprop_geometry(OP, attrs, input.shape, filter_shape, out_backprop.shape)
     dw.check_output_size(OP, filter_shape, dtype)
-    dwt = dw.backprop_filter(dw.to_nhwc(input, data_format), dw.to_nhwc(out_backprop, data_format), g)
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf and overflow follow IEEE, as in TF
+        dwt = dw.backprop_filter(dw.to_nhwc(input, data_format), dw.to_nhwc(out_backprop, data_format), g)
     return (dwt,)

@@ -18,5 +18,6 @@ def run(input_sizes, filter, out_backprop, *, strides, padding, explicit_padding
     input_shape = dw.check_sizes_vector(OP, input_sizes)
     g = dw.backprop_geometry(OP, attrs, input_shape, filter.shape, out_backprop.shape)
     dw.check_output_size(OP, input_shape, dtype)
-    dx = dw.backprop_input(filter, dw.to_nhwc(out_backprop, data_format), g)
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf and overflow follow IEEE, as in TF
+        dx = dw.backprop_input(filter, dw.to_nhwc(out_backprop, data_format), g)
     return (dw.from_nhwc(dx, data_format),)
