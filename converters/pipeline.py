@@ -16,6 +16,7 @@ from converters.completeness import check_fully_converted
 from converters.errors import ConversionError, LoweringError
 from converters.family import FAMILY_OPS, shield_family_nodes, shielded_type
 from converters.lowering_custom import lower_to_custom_node
+from converters.verification import EXACT_OUTPUTS_KEY, quantization_outputs
 from ort_ops.model import IR_VERSION
 from ort_ops.schemas import DOMAIN, OPSET_VERSION
 from ort_ops.spec import OpError
@@ -100,6 +101,7 @@ def convert_frozen_graph(
         for g in [main_g] + subgraphs:
             g.set_config(None, opset, extra_opset)
             shield_family_nodes(g)
+        exact_outputs = quantization_outputs(tf_graph, output_names, tensors_to_rename)
         g = process_graphs(
             main_g, subgraphs, handlers, [], [], True, None, initialized_tables, tensors_to_rename
         )
@@ -116,6 +118,7 @@ def convert_frozen_graph(
         for i in reversed(del_imports):
             del model.opset_import[i]
     check_fully_converted(model)
+    onnx.helper.set_model_props(model, {EXACT_OUTPUTS_KEY: ",".join(exact_outputs)})
     if output_path:
         onnx.save_model(model, output_path)
     return model

@@ -167,6 +167,25 @@ def run_onnx(onnx_model, inputs: dict, threads: Optional[int] = None) -> dict:
     return dict(zip(names, sess.run(names, inputs)))
 
 
+EXACT_OUTPUTS_KEY = "converters.bit_exact_outputs"
+
+
+def recorded_exact_outputs(onnx_model) -> set:
+    """Output names the converter recorded as produced by a quantization op."""
+    for prop in onnx_model.metadata_props:
+        if prop.key == EXACT_OUTPUTS_KEY:
+            return {n for n in prop.value.split(",") if n}
+    return set()
+
+
+def quantization_outputs(tf_graph, output_names, renames=None) -> list:
+    """Those of ``output_names`` (tensor names in ``tf_graph``) produced by a quantization op."""
+    renames = renames or {}
+    return [
+        renames.get(n, n) for n in output_names if _producer_type(tf_graph.get_tensor_by_name(n)) in QUANTIZATION_OPS
+    ]
+
+
 def _producer_type(tensor) -> str:
     """The op type behind a TF graph tensor, looking through identity-like ops."""
     op = tensor.op
@@ -240,20 +259,23 @@ def verify(
     cf = _concrete_function(tf_fn, inputs)
     result = _run_tf(cf, inputs)
     onnx_names = [o.name for o in onnx_model.graph.output]
+    # cf.outputs are the graph tensors of the flattened structured outputs, in the same order.
+    graph_outputs = [t for t in cf.outputs if t.dtype != tf.dtypes.resource]
     if isinstance(result, dict):
-        symbolic = cf.structured_outputs
+        keys = tf.nest.flatten({k: k for k in result})
         tf_values = {k: np.asarray(v) for k, v in result.items()}
-        producers = {k: _producer_type(symbolic[k]) for k in tf_values}
+        producers = dict(zip(keys, (_producer_type(t) for t in graph_outputs)))
     else:
         flat_values = [np.asarray(v) for v in tf.nest.flatten(result)]
-        flat_symbolic = tf.nest.flatten(cf.structured_outputs)
         if len(flat_values) != len(onnx_names):
             raise ValueError(f"TF returned {len(flat_values)} outputs, the ONNX model has {len(onnx_names)}")
         tf_values = dict(zip(onnx_names, flat_values))
-        producers = dict(zip(onnx_names, (_producer_type(t) for t in flat_symbolic)))
+        producers = dict(zip(onnx_names, (_producer_type(t) for t in graph_outputs)))
 
     ort_values = run_onnx(onnx_model, inputs, threads)
-    exact_names = set(exact_outputs or ())
+    # Quantization outputs: those the converter recorded (it traced the frozen graph, which sees
+    # through SavedModel call wrappers) and those traced here in the TF function's own graph.
+    exact_names = set(exact_outputs or ()) | recorded_exact_outputs(onnx_model)
     checks = []
     for name in onnx_names:
         if name not in tf_values:
