@@ -1,0 +1,365 @@
+"""The main job: convert every example model, run it in ONNX Runtime, and compare it with TensorFlow.
+
+    cd /work/main && PYTHONPATH=. python -m models.run_all [--models NAME ...] [--lowerings custom standard]
+                                                           [--seed N] [--repeat N] [--no-write]
+
+For each SavedModel under models/<name>/saved_model (made by ``python -m models.make_models``) and
+each lowering:
+  1. convert it (converters.from_saved_model) and write models/<name>/model.<lowering>.onnx;
+  2. run it in ONNX Runtime's CPU provider: the custom lowering with the project's custom-op library
+     (ort_ops.session_options()), the standard lowering in plain ONNX Runtime without it;
+  3. run the SavedModel's signature in TensorFlow on the same seeded inputs and compare every output.
+It prints one table per model and exits with status 1 if any output is outside its tolerance or any
+step failed.
+
+Tolerances (the column "tolerance" shows the one applied to each output):
+  * bit-exact: outputs of quantization ops fed straight from the model inputs (the qdq model).
+    FakeQuant*/QuantizeAndDequantize* must reproduce TF bit for bit.
+  * "<= 1 step": a quantization op's output behind float ops (the CNN's quantized logits). ORT's Conv
+    and MatMul and TF's oneDNN kernels sum in different orders, so the quantizer's input can differ
+    by a few ulps, and an input that close to a rounding boundary lands on the neighbouring grid
+    point. Such an output may differ from TF by at most one grid step (the printed step), anywhere.
+  * rtol/atol: every other float output, |ort - tf| <= rtol*|tf| + atol with rtol 1e-5 (a few float32
+    ulps: batch norm and convolutions are sums whose order differs between TF's oneDNN kernels and
+    ours) and atol = rtol * max|tf| of that output (gradients are sums whose terms cancel, so an
+    element near zero carries the rounding error of its large terms). See converters.verify.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Callable, Optional
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+
+MODELS_DIR = Path(__file__).resolve().parent
+LOWERINGS = ("custom", "standard")
+FLOAT_RTOL = 1e-5
+
+
+# ----------------------------------------------------------------------------------------------
+# The example models: where they are, what inputs they get, how each output is judged.
+
+
+def _qat_cnn_inputs(rng, batch):
+    images = rng.uniform(0.0, 1.0, (batch, 16, 16, 3)).astype(np.float32)
+    return {"images": images}
+
+
+def _train_step_inputs(rng):
+    out = _qat_cnn_inputs(rng, 8)
+    out["labels"] = rng.integers(0, 10, (8,)).astype(np.int32)
+    return out
+
+
+def _qdq_inputs(rng):
+    """Values on a 1/128 grid (exact rounding ties for the power-of-two scales the model uses), random
+    values, the range ends themselves, values just beyond them, and both zeros."""
+    shape = (2, 6, 6, 4)
+    grid = rng.integers(-290, 290, shape).astype(np.float32) / np.float32(128)
+    noise = rng.standard_normal(shape).astype(np.float32)
+    x = np.where(rng.random(shape) < 0.6, grid, noise).astype(np.float32)
+    flat = x.reshape(-1)
+    specials = [-2.0, 127.0 / 64.0, np.nextafter(np.float32(-2.0), np.float32(-3.0)), np.nextafter(np.float32(127.0 / 64.0), np.float32(3.0)), 0.0, -0.0, 1.0, -1.0, 1.5]
+    flat[: len(specials)] = np.array(specials, dtype=np.float32)
+    # The data-derived ranges then equal the given one ([-2, 127/64]) except for the two values just beyond.
+    return {"x": np.clip(x, -2.5, 2.5).astype(np.float32)}
+
+
+def _fake_quant_step(min_value, max_value, num_bits=8, narrow_range=False):
+    """The grid step (TF's nudged scale) of a FakeQuantWithMinMaxVars range, in float32."""
+    quant_min = 1 if narrow_range else 0
+    quant_max = (1 << num_bits) - 1
+    return float(np.float32(np.float32(max_value) - np.float32(min_value)) / np.float32(quant_max - quant_min))
+
+
+def _qat_cnn_steps(loaded):
+    quant = loaded.model.logits_quant
+    return {"logits": _fake_quant_step(quant.min_var.numpy(), quant.max_var.numpy())}
+
+
+@dataclasses.dataclass(frozen=True)
+class ExampleModel:
+    name: str
+    description: str
+    make_inputs: Callable  # numpy Generator -> {input name: array}
+    # True when every output is computed by a quantization op from the model inputs with no float op
+    # (Conv, MatMul, batch norm) on the way, so each must match bit for bit.
+    all_outputs_exact: bool
+    # For quantized outputs behind float ops: loaded SavedModel -> {output: grid step}.
+    grid_steps: Optional[Callable] = None
+
+    @property
+    def saved_model(self) -> Path:
+        return MODELS_DIR / self.name / "saved_model"
+
+    def onnx_path(self, lowering: str) -> Path:
+        return MODELS_DIR / self.name / f"model.{lowering}.onnx"
+
+
+EXAMPLES = (
+    ExampleModel(
+        "qat_cnn",
+        "quantization-aware depthwise-separable CNN, inference (FakeQuant*, FusedBatchNormV3, DepthwiseConv2dNative)",
+        lambda rng: _qat_cnn_inputs(rng, 4),
+        all_outputs_exact=False,
+        grid_steps=_qat_cnn_steps,
+    ),
+    ExampleModel(
+        "qat_cnn_train_step",
+        "the same CNN's training step: loss, all gradients, batch statistics (FakeQuant*Gradient, "
+        "FusedBatchNormGradV3, DepthwiseConv2dNativeBackprop*)",
+        _train_step_inputs,
+        all_outputs_exact=False,
+    ),
+    ExampleModel(
+        "qdq",
+        "quantize_and_dequantize: both rounding modes, per tensor and per axis, given and data ranges, V2/V3/V4 "
+        "and V4Grad",
+        _qdq_inputs,
+        all_outputs_exact=True,
+    ),
+)
+EXAMPLES_BY_NAME = {e.name: e for e in EXAMPLES}
+
+
+# ----------------------------------------------------------------------------------------------
+# Running and comparing.
+
+
+@dataclasses.dataclass
+class OutputResult:
+    name: str
+    shape: tuple
+    max_abs_err: float
+    max_rel_err: float
+    n_differing: int
+    n_elements: int
+    tolerance: str
+    ok: bool
+    note: str = ""
+
+
+@dataclasses.dataclass
+class LoweringResult:
+    model: str
+    lowering: str
+    outputs: list = dataclasses.field(default_factory=list)
+    convert_s: float = float("nan")
+    tf_run_s: float = float("nan")
+    ort_run_s: float = float("nan")
+    onnx_path: Optional[Path] = None
+    node_summary: str = ""
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.error and bool(self.outputs) and all(o.ok for o in self.outputs)
+
+
+def median_time(fn, repeat: int) -> float:
+    """Median wall time of ``repeat`` calls after one warm-up call."""
+    fn()
+    times = []
+    for _ in range(max(1, repeat)):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return float(np.median(times))
+
+
+class TensorFlowRun:
+    """The SavedModel's signature run on the inputs: the oracle."""
+
+    def __init__(self, example: ExampleModel, inputs: dict, repeat: int):
+        import tensorflow as tf
+
+        self.loaded = tf.saved_model.load(str(example.saved_model))
+        fn = self.loaded.signatures["serving_default"]
+        feed = {k: tf.constant(v) for k, v in inputs.items()}
+        self.outputs = {k: np.asarray(v) for k, v in fn(**feed).items()}
+        self.run_s = median_time(lambda: fn(**feed), repeat)
+        self.grid_steps = example.grid_steps(self.loaded) if example.grid_steps else {}
+
+
+def convert(example: ExampleModel, lowering: str, write: bool = True):
+    """Convert the SavedModel; returns (onnx model, seconds)."""
+    import converters
+
+    out = str(example.onnx_path(lowering)) if write else None
+    t = time.perf_counter()
+    model = converters.from_saved_model(str(example.saved_model), lowering=lowering, output_path=out)
+    return model, time.perf_counter() - t
+
+
+def ort_session(onnx_model, lowering: str):
+    """custom: with the custom-op library; standard: plain ONNX Runtime (the library is not registered)."""
+    import onnxruntime as ort
+
+    import ort_ops
+
+    so = ort_ops.session_options() if lowering == "custom" else ort.SessionOptions()
+    so.log_severity_level = 3
+    return ort.InferenceSession(onnx_model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def same_bits(expected, actual):
+    """Element-wise bit identity (+0 and -0 differ), with every NaN equal to every NaN."""
+    if expected.dtype.kind != "f":
+        return expected == actual
+    width = {2: np.uint16, 4: np.uint32, 8: np.uint64}[expected.dtype.itemsize]
+    return (expected.view(width) == actual.view(width)) | (np.isnan(expected) & np.isnan(actual))
+
+
+def error_stats(expected, actual):
+    """(abs error, max abs error, max rel error) over the elements finite in both."""
+    e, a = expected.astype(np.float64), actual.astype(np.float64)
+    finite = np.isfinite(e) & np.isfinite(a)
+    err = np.where(finite, np.abs(a - e), 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.where(finite & (e != 0), err / np.abs(e), 0.0)
+    return err, float(err.max(initial=0.0)), float(rel.max(initial=0.0))
+
+
+def compare(example: ExampleModel, name, expected, actual, grid_steps) -> OutputResult:
+    expected, actual = np.asarray(expected), np.asarray(actual)
+    if expected.shape != actual.shape or expected.dtype != actual.dtype:
+        note = f"ORT gave {actual.dtype}{list(actual.shape)}, TF {expected.dtype}{list(expected.shape)}"
+        return OutputResult(name, expected.shape, np.inf, np.inf, expected.size, expected.size, "-", False, note)
+    same = same_bits(expected, actual)
+    n_diff = int(np.count_nonzero(~same))
+    err, max_abs, max_rel = error_stats(expected, actual)
+    # Infinities and NaNs must sit in the same places with the same value in every mode.
+    nonfinite_ok = bool(np.all(same | (np.isfinite(expected) & np.isfinite(actual))))
+    if example.all_outputs_exact or expected.dtype.kind != "f":
+        tolerance, ok = "bit-exact", n_diff == 0
+    elif name in grid_steps:
+        # Grid values are k*step, each rounded once, so one step apart is step up to a rounding.
+        step = grid_steps[name]
+        tolerance, ok = f"<= 1 step ({step:.4g})", nonfinite_ok and bool((err <= step * (1 + 1e-6)).all())
+    else:
+        finite = np.isfinite(expected)
+        atol = FLOAT_RTOL * float(np.abs(expected[finite]).max(initial=0.0))
+        inside = err <= FLOAT_RTOL * np.abs(expected.astype(np.float64)) + atol
+        tolerance, ok = f"rtol {FLOAT_RTOL:.0e} atol {atol:.1e}", nonfinite_ok and bool(inside.all())
+    return OutputResult(name, expected.shape, max_abs, max_rel, n_diff, expected.size, tolerance, ok)
+
+
+def node_summary(onnx_model) -> str:
+    from ort_ops.schemas import DOMAIN
+
+    custom = sum(1 for n in onnx_model.graph.node if n.domain == DOMAIN)
+    return f"{len(onnx_model.graph.node)} nodes, {custom} in {DOMAIN}"
+
+
+def check_lowering(example: ExampleModel, lowering: str, tf_run: TensorFlowRun, inputs: dict, onnx_model=None,
+                   write: bool = True, repeat: int = 5) -> LoweringResult:
+    """Convert (unless ``onnx_model`` is given), run in ORT, compare every output with ``tf_run``."""
+    result = LoweringResult(example.name, lowering, tf_run_s=tf_run.run_s)
+    try:
+        if onnx_model is None:
+            onnx_model, result.convert_s = convert(example, lowering, write)
+            result.onnx_path = example.onnx_path(lowering) if write else None
+        result.node_summary = node_summary(onnx_model)
+        sess = ort_session(onnx_model, lowering)
+        feed = {i.name: inputs[i.name] for i in sess.get_inputs()}
+        names = [o.name for o in sess.get_outputs()]
+        actual = dict(zip(names, sess.run(names, feed)))
+        result.ort_run_s = median_time(lambda: sess.run(names, feed), repeat)
+    except Exception as e:  # any failure is reported in the table, not hidden
+        result.error = f"{type(e).__name__}: {e}"
+        if os.environ.get("RUN_ALL_TRACEBACK"):
+            traceback.print_exc()
+        return result
+    missing = sorted(set(tf_run.outputs) - set(actual))
+    if missing:
+        result.error = f"ONNX model lacks outputs {missing}"
+    for name in sorted(tf_run.outputs):
+        if name in actual:
+            result.outputs.append(
+                compare(example, name, tf_run.outputs[name], actual[name], tf_run.grid_steps)
+            )
+    return result
+
+
+def run_example(example: ExampleModel, lowerings=LOWERINGS, seed: int = 0, write: bool = True, repeat: int = 5):
+    inputs = example.make_inputs(np.random.default_rng(seed))
+    tf_run = TensorFlowRun(example, inputs, repeat)
+    return inputs, [check_lowering(example, lowering, tf_run, inputs, write=write, repeat=repeat) for lowering in lowerings]
+
+
+# ----------------------------------------------------------------------------------------------
+# Printing.
+
+
+def _table(header, rows):
+    widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
+    lines = ["  ".join(str(h).ljust(w) for h, w in zip(header, widths)).rstrip()]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(str(v).ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
+    return "\n".join("  " + line for line in lines)
+
+
+def _ms(seconds):
+    return "-" if np.isnan(seconds) else f"{seconds * 1e3:.2f}"
+
+
+def format_example(example: ExampleModel, inputs: dict, results) -> str:
+    shapes = ", ".join(f"{k} {v.dtype}{list(v.shape)}" for k, v in inputs.items())
+    lines = [f"== {example.name}: {example.description}", f"   inputs: {shapes}", ""]
+    timing_rows = []
+    for r in results:
+        where = str(r.onnx_path.relative_to(MODELS_DIR.parent)) if r.onnx_path else "(not written)"
+        status = "ok" if r.ok else "FAIL"
+        timing_rows.append(
+            (r.lowering, "-" if np.isnan(r.convert_s) else f"{r.convert_s:.2f}", _ms(r.tf_run_s), _ms(r.ort_run_s),
+             r.node_summary or "-", where, status)
+        )
+    lines.append(_table(("lowering", "convert s", "TF run ms", "ORT run ms", "ONNX graph", "file", "result"), timing_rows))
+    lines.append("")
+    rows = []
+    for r in results:
+        if r.error:
+            lines.append(f"  {r.lowering}: ERROR {r.error}")
+        for o in r.outputs:
+            rows.append(
+                (r.lowering, o.name, "x".join(map(str, o.shape)) or "scalar", f"{o.max_abs_err:.3g}", f"{o.max_rel_err:.3g}",
+                 f"{o.n_differing}/{o.n_elements}", o.tolerance, ("ok" if o.ok else "FAIL") + (f" {o.note}" if o.note else ""))
+            )
+    if rows:
+        lines.append(_table(("lowering", "output", "shape", "max abs err", "max rel err", "#differing", "tolerance", "ok"), rows))
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", nargs="+", choices=sorted(EXAMPLES_BY_NAME), default=[e.name for e in EXAMPLES])
+    parser.add_argument("--lowerings", nargs="+", choices=LOWERINGS, default=list(LOWERINGS))
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    parser.add_argument("--repeat", type=int, default=5, help="timed runs per measurement (median is shown)")
+    parser.add_argument("--no-write", action="store_true", help="do not overwrite the committed ONNX files")
+    args = parser.parse_args(argv)
+
+    summary = []
+    for name in args.models:
+        example = EXAMPLES_BY_NAME[name]
+        inputs, results = run_example(example, args.lowerings, args.seed, not args.no_write, args.repeat)
+        print(format_example(example, inputs, results), "\n", flush=True)
+        summary += [(r.model, r.lowering, "ok" if r.ok else "FAIL") for r in results]
+    print("== summary")
+    print(_table(("model", "lowering", "result"), summary))
+    failed = [s for s in summary if s[2] != "ok"]
+    print(f"\n{len(summary) - len(failed)} of {len(summary)} model conversions match TensorFlow" +
+          ("" if not failed else f"; FAILED: {', '.join(f'{m}/{l}' for m, l, _ in failed)}"))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
