@@ -91,7 +91,8 @@ def column_sum(m: np.ndarray) -> np.ndarray:
 def rsqrt(a: np.ndarray) -> np.ndarray:
     """Correctly rounded 1/sqrt(a). TF's vector path uses RSQRTPS plus a Newton step instead, which is
     CPU-vendor dependent in the last bit (documented deviation); its scalar path is exactly this."""
-    return a.dtype.type(1) / np.sqrt(a)
+    with np.errstate(invalid="ignore"):  # a negative variance gives NaN, as in TF
+        return a.dtype.type(1) / np.sqrt(a)
 
 
 def _check_rank(op, name_in_message, shape):

@@ -1,0 +1,381 @@
+"""Conformance of FusedBatchNorm{,V2,V3} and FusedBatchNormGrad{,V2,V3}: goldens, live TF, finite differences.
+
+Tolerances (why not bit-exact): TF's AVX kernels compute rsqrt for the channels that fill whole 8-float
+packets as the RSQRTPS estimate plus one Newton step, which is 1-2 float32 ulp away from the correctly
+rounded 1/sqrt used here (and depends on the CPU vendor, so it cannot be emulated portably). Every output
+is a handful of float32 operations from that rsqrt (sums of up to ~100 terms here), so float32 outputs land
+within ~1e-7 of TF relative to the size of their terms; FLOAT32_TOL = 1e-5 leaves headroom for builds whose
+reductions order differently (oneDNN), while any formula error is orders of magnitude larger. Sizes are
+measured against max(1, max|expected|): inputs are O(1), so a sum that cancels to near 0 is still judged
+against the size of its terms. float16/bfloat16 outputs are the float32 result rounded to T, so a 1-ulp
+float32 difference can flip one rounding: tolerance one unit in the last place of T at that size.
+Channels TF computes with scalar 1/sqrt (index >= 8*floor(C/8)) must match bit for bit (numpy kernels).
+"""
+from __future__ import annotations
+
+import functools
+
+import ml_dtypes
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import ort_ops
+from backends import BackendError, run
+from golden_io import load_cases
+from ort_ops.reference import _batch_norm as bn
+from ort_ops.spec import OpError
+
+FORWARD_OPS = ("FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3")
+GRAD_OPS = ("FusedBatchNormGrad", "FusedBatchNormGradV2", "FusedBatchNormGradV3")
+ALL_OPS = FORWARD_OPS + GRAD_OPS
+F32, F16, BF16 = np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)
+
+FLOAT32_TOL = 1e-5
+ULP_OF = {F32: FLOAT32_TOL, F16: 2.0**-10, BF16: 2.0**-7}  # machine epsilon of T = 1 ulp at 1.0
+EPS = float(np.float32(1e-4))
+
+
+def assert_close(got, want, what):
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype} != {want.dtype}"
+    assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    assert np.array_equal(np.isnan(g), np.isnan(w)), f"{what}: NaN positions differ"
+    finite = ~np.isnan(w)
+    if not finite.any():
+        return
+    size = max(1.0, float(np.max(np.abs(w[finite]))))
+    err = float(np.max(np.abs(g[finite] - w[finite])))
+    assert err <= ULP_OF[want.dtype] * size, f"{what}: max abs error {err:.3g} > {ULP_OF[want.dtype]:.3g} * {size:.3g}"
+
+
+def compare_outputs(got, want, what, skip=()):
+    assert len(got) == len(want), f"{what}: {len(got)} outputs, expected {len(want)}"
+    for i, (g, w) in enumerate(zip(got, want)):
+        if i not in skip:
+            assert_close(g, w, f"{what} output {i}")
+
+
+# ---------------------------------------------------------------------------------------------- goldens
+
+
+def golden_compared(outputs):
+    """Indices the generator marked as undefined in TF (stored as an empty bool array)."""
+    return tuple(i for i, w in enumerate(outputs) if w.dtype == np.bool_)
+
+
+@pytest.mark.parametrize("op", ALL_OPS)
+def test_goldens(backend, op):
+    cases = load_cases(op)
+    assert len(cases) > 20
+    for case in cases:
+        what = f"{op} [{case['note']}]"
+        if "error" in case:
+            with pytest.raises(BackendError) as info:
+                run(backend, op, case["inputs"], case["attrs"])
+            message = str(info.value)
+            assert op in message, f"{what}: message does not name the op: {message}"
+            assert case["error"] in message, f"{what}: expected TF's message {case['error']!r}, got {message!r}"
+            continue
+        got = run(backend, op, case["inputs"], case["attrs"])
+        compare_outputs(got, case["outputs"], what, skip=golden_compared(case["outputs"]))
+
+
+@pytest.mark.parametrize("op", ALL_OPS)
+def test_reference_bit_exact_on_scalar_rsqrt_channels(op):
+    """Where TF uses scalar 1/sqrt (channels past the last full 8-float packet) the kernels match bit for bit:
+    this pins the formula order and the reduction order, not just the values."""
+    spec = ort_ops.get_spec(op)
+    checked = 0
+    for case in load_cases(op):
+        if "error" in case:
+            continue
+        attrs = case["attrs"]
+        got = spec.run_reference(case["inputs"], attrs)
+        x = case["inputs"][1 if op in GRAD_OPS else 0]
+        axis = 1 if attrs["data_format"] in ("NCHW", "NCDHW") else x.ndim - 1
+        channels = x.shape[axis]
+        first_scalar = 8 * (channels // 8)
+        for i, (g, w) in enumerate(zip(got, case["outputs"])):
+            if w.dtype == np.bool_ or w.ndim == 0 or w.size == 0:
+                continue
+            if i == 0:
+                g, w = np.moveaxis(g, axis, -1), np.moveaxis(w, axis, -1)
+            g, w = g[..., first_scalar:], w[..., first_scalar:]
+            assert np.array_equal(g, w, equal_nan=True), f"{op} [{case['note']}] output {i} not bit-exact"
+            checked += g.size
+    assert checked > 100
+
+
+# ------------------------------------------------------------------------------------------ live TF
+
+
+def _tf_run(op, inputs, attrs):
+    spec = ort_ops.get_spec(op)
+    kwargs = {p.name: tf.constant(v) for p, v in zip(spec.inputs, inputs)}
+    return [o.numpy() for o in getattr(tf.raw_ops, op)(**kwargs, **attrs)]
+
+
+def _random_case(rng, op):
+    version = 3 if op.endswith("V3") else 2 if op.endswith("V2") else 1
+    dtype = F32 if version == 1 else (F32, F32, F16, BF16)[rng.integers(4)]
+    c = int(rng.integers(1, 21))
+    five_d = version == 3 and rng.random() < 0.3
+    spatial = tuple(int(d) for d in rng.integers(1, 5, size=4 if five_d else 3))
+    channels_first = rng.random() < 0.5
+    fmt = ("NCDHW" if channels_first else "NDHWC") if five_d else ("NCHW" if channels_first else "NHWC")
+    last = spatial + (c,)
+    shape = (last[0], c) + last[1:-1] if channels_first else last
+    is_training = bool(rng.random() < 0.6)
+    epsilon = float(np.float32(10.0 ** rng.uniform(-5, -1)))
+
+    def tensor(shape, loc=0.0, scale=1.0, dt=F32):
+        return (rng.standard_normal(shape) * scale + loc).astype(np.float32).astype(dt)
+
+    if op in FORWARD_OPS:
+        f = 1.0 if rng.random() < 0.5 else float(np.float32(rng.uniform(0.01, 0.99)))
+        inputs = [tensor(shape, rng.uniform(-2, 2), rng.uniform(0.1, 4), dtype), tensor(c, 1.0, 0.5), tensor(c),
+                  tensor(c), rng.uniform(0.1, 3, c).astype(np.float32)]
+        attrs = {"epsilon": epsilon, "exponential_avg_factor": f, "data_format": fmt, "is_training": is_training}
+    else:
+        inputs = [tensor(shape, dt=dtype), tensor(shape, 0.3, 1.5, dtype), tensor(c, 1.0, 0.5), tensor(c, 0.3, 0.3),
+                  rng.uniform(0.2, 3, c).astype(np.float32)]
+        if version == 3:
+            inputs.append(np.zeros((), np.float32))
+        attrs = {"epsilon": epsilon, "data_format": fmt, "is_training": is_training}
+    return inputs, attrs
+
+
+def _tf_expected(op, inputs, attrs):
+    if op in GRAD_OPS and not attrs["is_training"] and attrs["data_format"].startswith("NC"):
+        # TF's Eigen freeze gradient takes channels-last only; its Python gradient transposes around it.
+        nhwc = [np.moveaxis(inputs[0], 1, -1), np.moveaxis(inputs[1], 1, -1)] + inputs[2:]
+        out = _tf_run(op, nhwc, dict(attrs, data_format="NHWC" if inputs[1].ndim == 4 else "NDHWC"))
+        out[0] = np.moveaxis(out[0], -1, 1)
+        return out
+    return _tf_run(op, inputs, attrs)
+
+
+LIVE_CASES_PER_OP = 35  # 210 in all
+
+
+@functools.lru_cache(maxsize=None)
+def live_cases():
+    """Seeded random cases over the whole op grid with TF's outputs, computed once for both backends."""
+    rng = np.random.default_rng(20240521)
+    cases = []
+    for op in ALL_OPS:
+        for _ in range(LIVE_CASES_PER_OP):
+            inputs, attrs = _random_case(rng, op)
+            cases.append((op, inputs, attrs, _tf_expected(op, inputs, attrs)))
+    return cases
+
+
+def test_live_against_tensorflow(backend):
+    failures = []
+    for op, inputs, attrs, want in live_cases():
+        # Forward inference: TF's Eigen kernel leaves reserve_space_1/2 uninitialized.
+        skip = (3, 4) if op in FORWARD_OPS and not attrs["is_training"] else ()
+        try:
+            compare_outputs(run(backend, op, inputs, attrs), want, f"{op} x{inputs[0].shape} {attrs}", skip)
+        except AssertionError as e:
+            failures.append(str(e))
+    assert len(live_cases()) >= 200
+    assert not failures, f"{len(failures)} live cases differ from TF:\n" + "\n".join(failures[:10])
+
+
+# ------------------------------------------------------------------------------- finite differences
+
+FD_STEP = 1e-6
+# The gradient ops run in float32 (~1e-7 relative rounding); the float64 central difference has truncation
+# error ~h^2 and rounding ~1e-16/h, both below 1e-9. 1e-4 of the size is far above the former and far
+# below any formula mistake (those are O(1)). The float64 core itself must agree to FD_TOL_F64.
+FD_TOL_F32 = 1e-4
+FD_TOL_F64 = 1e-7
+
+
+def _loss_gradient_fd(dy, x, scale, offset, mean, var, fmt, is_training):
+    """Central differences of L = sum(dy * y) with y from the float64 forward math, for x, scale, offset."""
+
+    def loss(x_, scale_, offset_):
+        y = bn.forward("fd", bn.FORMATS_5D, x_, scale_, offset_, mean, var, EPS, 1.0, fmt, is_training)[0]
+        return float(np.sum(dy * y))
+
+    grads = []
+    args = [x, scale, offset]
+    for k in range(3):
+        g = np.zeros_like(args[k])
+        for idx in np.ndindex(args[k].shape):
+            plus, minus = [a.copy() for a in args], [a.copy() for a in args]
+            plus[k][idx] += FD_STEP
+            minus[k][idx] -= FD_STEP
+            g[idx] = (loss(*plus) - loss(*minus)) / (2 * FD_STEP)
+        grads.append(g)
+    return grads
+
+
+def _fd_problem(seed, fmt, is_training):
+    rng = np.random.default_rng(seed)
+    last = (2, 3, 2, 3)  # N, H, W, C: R = 12
+    shape = (2, 3, 3, 2) if fmt == "NCHW" else last
+    f32 = lambda a: np.asarray(a, np.float32)  # noqa: E731  float32-representable inputs for both paths
+    x = f32(rng.standard_normal(shape) * 1.5 + 0.3)
+    dy = f32(rng.standard_normal(shape))
+    scale, offset = f32(rng.uniform(0.5, 1.5, 3)), f32(rng.standard_normal(3))
+    if is_training:
+        # The gradient op gets the forward op's batch mean and biased variance.
+        out = bn.forward("fd", bn.FORMATS_5D, x.astype(np.float64), scale, offset, f32([]), f32([]), EPS, 1.0, fmt, True)
+        mean, var = f32(out[3]), f32(out[4])
+    else:
+        mean, var = f32(rng.standard_normal(3) * 0.3), f32(rng.uniform(0.5, 2.0, 3))
+    return dy, x, scale, offset, mean, var
+
+
+@pytest.mark.parametrize("op", GRAD_OPS)
+@pytest.mark.parametrize("is_training", [True, False], ids=["training", "inference"])
+@pytest.mark.parametrize("fmt", ["NHWC", "NCHW"])
+def test_gradient_matches_finite_differences(backend, op, is_training, fmt):
+    dy, x, scale, offset, mean, var = _fd_problem(7, fmt, is_training)
+    f64 = lambda a: a.astype(np.float64)  # noqa: E731
+    fd = _loss_gradient_fd(f64(dy), f64(x), f64(scale), f64(offset), f64(mean), f64(var), fmt, is_training)
+    inputs = [dy, x, scale, mean, var] + ([np.zeros((), np.float32)] if op.endswith("V3") else [])
+    attrs = {"epsilon": EPS, "data_format": fmt, "is_training": is_training}
+    got = run(backend, op, inputs, attrs)
+    for name, g, want in zip(("x_backprop", "scale_backprop", "offset_backprop"), got, fd):
+        size = max(1.0, float(np.max(np.abs(want))))
+        err = float(np.max(np.abs(g.astype(np.float64) - want)))
+        assert err <= FD_TOL_F32 * size, f"{op} {name}: {err:.3g} from the finite difference"
+
+
+@pytest.mark.parametrize("is_training", [True, False], ids=["training", "inference"])
+@pytest.mark.parametrize("fmt", ["NHWC", "NCHW"])
+def test_float64_gradient_math_matches_finite_differences(is_training, fmt):
+    dy, x, scale, offset, mean, var = (a.astype(np.float64) for a in _fd_problem(11, fmt, is_training))
+    fd = _loss_gradient_fd(dy, x, scale, offset, mean, var, fmt, is_training)
+    got = bn.backward("fd", bn.FORMATS_5D, dy, x, scale, mean, var, EPS, fmt, is_training)
+    assert got[0].dtype == np.float64
+    for name, g, want in zip(("x_backprop", "scale_backprop", "offset_backprop"), got, fd):
+        err = float(np.max(np.abs(g - want)))
+        assert err <= FD_TOL_F64 * max(1.0, float(np.max(np.abs(want)))), f"{name}: {err:.3g}"
+
+
+# --------------------------------------------------------------------------------------- bad input
+
+
+def _x(shape=(2, 3, 3, 4)):
+    return np.random.default_rng(3).standard_normal(shape).astype(np.float32)
+
+
+C4, C3 = np.ones(4, np.float32), np.ones(3, np.float32)
+TRAIN = {"is_training": True}
+BAD_INPUT = [
+    ("FusedBatchNormV3", [_x((3, 3, 4)), C4, C4, C4, C4], TRAIN, "input must be 4 or 5-dimensional[3,3,4]"),
+    ("FusedBatchNorm", [_x((1, 2, 3, 3, 4, 1)), C4, C4, C4, C4], TRAIN, "input must be 4 or 5-dimensional"),
+    ("FusedBatchNormV2", [_x(), C4[None], C4, C4, C4], TRAIN, "scale must be 1-dimensional[1,4]"),
+    ("FusedBatchNormV3", [_x(), C4, C4, C4, np.float32(1)], TRAIN, "estimated_variance must be 1-dimensional[]"),
+    ("FusedBatchNorm", [_x(), C4, C3, C4, C4], TRAIN, "offset must have the same number of elements as the channels of x, got 3 and 4"),
+    ("FusedBatchNormV3", [_x(), C4, C4, C3, C4], {"is_training": False}, "When is_training=false, mean must have the same number"),
+    ("FusedBatchNormV2", [_x(), C4, C4, C4, C3], {"exponential_avg_factor": 0.5},
+     "When exponential_avg_factor != 1, variance must have the same number of elements as the channels of x, got 3 and 4"),
+    ("FusedBatchNormGrad", [_x(), _x((3, 3, 4)), C4, C4, C4], TRAIN, "input must be 4 or 5-dimensional[3,3,4]"),
+    ("FusedBatchNormGradV2", [_x(), _x(), C4, C4[None], C4], TRAIN, "saved mean must be 1-dimensional[1,4]"),
+    ("FusedBatchNormGradV3", [_x((1, 3, 3, 4)), _x(), C4, C4, C4, C4], TRAIN,
+     "x and y_backprop must have same shape, but x has shape [2,3,3,4] and y_backprop has shape [1,3,3,4]"),
+    ("FusedBatchNormGradV3", [_x(), _x(), C4, C4, C3, C4], {"is_training": False},
+     "reserve_space_2 must have the same number of elements as the channels of x, got 3 and 4"),
+    ("FusedBatchNormGrad", [_x(), _x(), C3, C4, C4], {"data_format": "NCHW"},
+     "reserve_space_1 must have the same number of elements as the channels of x, got 4 and 3"),
+]
+
+
+@pytest.mark.parametrize("op,inputs,attrs,message", BAD_INPUT, ids=[f"{i}-{c[0]}" for i, c in enumerate(BAD_INPUT)])
+def test_bad_input_is_rejected_with_tf_message(backend, op, inputs, attrs, message):
+    with pytest.raises(BackendError) as info:
+        run(backend, op, inputs, attrs)
+    assert op in str(info.value) and message in str(info.value), str(info.value)
+
+
+@pytest.mark.parametrize("op", ["FusedBatchNorm", "FusedBatchNormGradV2"])
+def test_bad_data_format_is_rejected(backend, op):
+    # V1/V2 take only NHWC/NCHW (op-def choices); TF rejects the 3-D names there at attribute level.
+    spec = ort_ops.get_spec(op)
+    inputs = [_x()] * (2 if op in GRAD_OPS else 1) + [C4] * (len(spec.inputs) - (2 if op in GRAD_OPS else 1))
+    for bad in ("NDHWC", "HWCN"):
+        with pytest.raises(BackendError) as info:
+            run(backend, op, inputs, {"data_format": bad})
+        text = str(info.value)
+        assert op in text and "data_format" in text.replace("data format", "data_format"), text
+
+
+def test_kernel_checks_data_format_itself():
+    """Called directly (bypassing the spec's attribute check), the kernel still names the problem."""
+    from ort_ops.reference import op_fused_batch_norm_v3
+
+    with pytest.raises(OpError, match="FusedBatchNormV3: Invalid data format"):
+        op_fused_batch_norm_v3.run(_x(), C4, C4, C4, C4, epsilon=EPS, exponential_avg_factor=1.0,
+                                   data_format="NWHC", is_training=True)
+
+
+# --------------------------------------------------------------------------------- edge semantics
+
+
+def test_training_ignores_mean_and_variance_unless_averaging(backend):
+    x = _x()
+    attrs = {"is_training": True, "exponential_avg_factor": 1.0}
+    empty = np.zeros(0, np.float32)
+    with_stats = run(backend, "FusedBatchNormV3", [x, C4, C4, C4, C4], attrs)
+    without = run(backend, "FusedBatchNormV3", [x, C4, C4, empty, empty], attrs)
+    for a, b in zip(with_stats, without):
+        np.testing.assert_array_equal(a, b)
+    # Running statistics: Bessel-corrected variance; the reserve spaces keep the biased one.
+    rows = x.reshape(-1, 4).astype(np.float64)
+    np.testing.assert_allclose(with_stats[2], rows.var(axis=0, ddof=1), rtol=1e-5)
+    np.testing.assert_allclose(with_stats[4], rows.var(axis=0), rtol=1e-5)
+    assert with_stats[5].shape == () and with_stats[5] == 0
+
+
+def test_empty_batch(backend):
+    x = np.zeros((0, 2, 2, 3), np.float32)
+    for is_training in (True, False):
+        out = run(backend, "FusedBatchNormV3", [x, C3, C3, C3, C3], {"is_training": is_training})
+        assert out[0].shape == x.shape
+        assert np.isnan(out[1]).all() and np.isnan(out[2]).all()
+        # TF leaves these uninitialized; the project defines them as zeros (spec deviation).
+        np.testing.assert_array_equal(out[3], np.zeros(3, np.float32))
+        np.testing.assert_array_equal(out[4], np.zeros(3, np.float32))
+
+
+def test_inference_reserve_spaces_hold_the_given_statistics(backend):
+    mean, var = np.array([0.5, -1, 2, 0], np.float32), np.array([1, 2, 3, 4], np.float32)
+    out = run(backend, "FusedBatchNormV2", [_x(), C4, C4, mean, var], {"is_training": False})
+    for got, want in zip(out[1:], (mean, var, mean, var)):
+        np.testing.assert_array_equal(got, want)
+
+
+# ------------------------------------------------------------------------------ reference evaluator
+
+EVAL_SAMPLES = {
+    "FusedBatchNorm": ([_x(), C4, C4, C4 * 0.5, C4 * 2], {"is_training": False}),
+    "FusedBatchNormV2": ([_x((2, 4, 3, 3)).astype(F16), C4, C4, C4, C4], {"data_format": "NCHW", "exponential_avg_factor": 0.3}),
+    "FusedBatchNormV3": ([_x((2, 2, 3, 3, 4)).astype(BF16), C4, C4, C4, C4], {"data_format": "NDHWC"}),
+    "FusedBatchNormGrad": ([_x(), _x() + 1, C4, C4 * 0.1, C4], {}),
+    "FusedBatchNormGradV2": ([_x().astype(F16), _x().astype(F16), C4, C4, C4], {"is_training": False}),
+    "FusedBatchNormGradV3": ([_x((2, 4, 3, 3)), _x((2, 4, 3, 3)), C4, C4, C4, np.zeros(0, np.float32)],
+                             {"data_format": "NCHW"}),
+}
+
+
+@pytest.mark.parametrize("op", ALL_OPS)
+def test_reference_evaluator_runs_op(op):
+    inputs, attrs = EVAL_SAMPLES[op]
+    spec = ort_ops.get_spec(op)
+    model = ort_ops.make_single_op_model(op, inputs, attrs)
+    feed = {p.name: v for p, v in zip(spec.inputs, inputs)}
+    got = ort_ops.reference_evaluator(model).run(None, feed)
+    want = spec.run_reference(inputs, attrs)
+    shapes = spec.shape_fn([np.shape(v) for v in inputs], [None] * len(inputs), spec.with_defaults(attrs))
+    assert len(got) == len(want) == len(spec.outputs)
+    for g, w, s in zip(got, want, shapes):
+        assert g.dtype == w.dtype and tuple(g.shape) == tuple(s)
+        np.testing.assert_array_equal(g, w)
