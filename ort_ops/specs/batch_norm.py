@@ -17,25 +17,48 @@ def _format_attr(choices):
     return Attr("data_format", "string", "NHWC", "layout of x (channels last or channels first)", choices=choices)
 
 
+def _dims(shape):
+    """A shape as TF's TensorShape::DebugString writes it (``[2,3,?]``), so messages read like TF's."""
+    return "[" + ",".join("?" if d is None else str(d) for d in shape) + "]"
+
+
 def _channels(op, shape, data_format):
     if shape is None:
         return None
     if len(shape) not in (4, 5):
-        raise OpError(op, f"input must be 4 or 5-dimensional{list(shape)}")
+        raise OpError(op, f"input must be 4 or 5-dimensional{_dims(shape)}")
     return shape[1] if data_format.startswith("NC") else shape[-1]
+
+
+def _check_stat(op, rank_label, size_label, s, c, prefix=""):
+    """A [C] statistic: 1-D, and (unless ``size_label`` is None) C elements when both are known.
+    TF names some inputs differently in its rank and size messages, hence two labels."""
+    if s is None:
+        return
+    if len(s) != 1:
+        raise OpError(op, f"{rank_label} must be 1-dimensional{_dims(s)}")
+    if size_label is not None and c is not None and s[0] is not None and s[0] != c:
+        raise OpError(
+            op, f"{prefix}{size_label} must have the same number of elements as the channels of x, got {s[0]} and {c}"
+        )
 
 
 def _forward_shape(op, version):
     def fn(shapes, values, attrs):
         x = shapes[0]
         c = _channels(op, x, attrs["data_format"])
+        for rank_label, s in zip(("scale", "offset", "estimated_mean", "estimated_variance"), shapes[1:5]):
+            _check_stat(op, rank_label, None, s, c)  # TF checks every rank before any size
         for name, s in zip(("scale", "offset"), shapes[1:3]):
-            if s is not None and len(s) != 1:
-                raise OpError(op, f"{name} must be 1-dimensional{list(s)}")
-            if s is not None and c is not None and s[0] is not None and s[0] != c:
-                raise OpError(op, f"{name} must have the same number of elements as the channels of x, got {s[0]} and {c}")
+            _check_stat(op, name, name, s, c)
             if c is None and s is not None:
                 c = s[0]
+        # mean/variance are read (and their size checked) only in inference or when averaging.
+        training, f = attrs["is_training"], attrs["exponential_avg_factor"]
+        reads_stats = not training or f != 1.0
+        prefix = "When is_training=false, " if not training else "When exponential_avg_factor != 1, "
+        _check_stat(op, "estimated_mean", "mean" if reads_stats else None, shapes[3], c, prefix)
+        _check_stat(op, "estimated_variance", "variance" if reads_stats else None, shapes[4], c, prefix)
         outs = [x, (c,), (c,), (c,), (c,)]
         if version == 3:
             outs.append(())
@@ -49,16 +72,20 @@ def _grad_shape(op, version):
         dy, x = shapes[0], shapes[1]
         for name, s in (("y_backprop", dy), ("x", x)):
             if s is not None and len(s) not in (4, 5):
-                raise OpError(op, f"input must be 4 or 5-dimensional{list(s)}")
+                raise OpError(op, f"input must be 4 or 5-dimensional{_dims(s)}")
         if dy is not None and x is not None and (
             len(dy) != len(x) or any(a is not None and b is not None and a != b for a, b in zip(dy, x))
         ):
             raise OpError(
-                op, f"x and y_backprop must have same shape, but x has shape {list(x)} and y_backprop has shape {list(dy)}"
+                op, f"x and y_backprop must have same shape, but x has shape {_dims(x)} and y_backprop has shape {_dims(dy)}"
             )
         x = x if x is not None else dy
         c = _channels(op, x, attrs["data_format"])
-        if c is None and shapes[2] is not None and len(shapes[2]) == 1:
+        for rank_label, s in zip(("scale", "saved mean", "saved variance"), shapes[2:5]):
+            _check_stat(op, rank_label, None, s, c)  # TF checks every rank before any size
+        for size_label, s in zip(("scale", "reserve_space_1", "reserve_space_2"), shapes[2:5]):
+            _check_stat(op, size_label, size_label, s, c)
+        if c is None and shapes[2] is not None:
             c = shapes[2][0]
         return [x, (c,), (c,), (0,), (0,)]
 
@@ -94,8 +121,9 @@ def _forward(name, version, types, kernels, inputs_type, formats):
         deviations=(
             "reserve_space_1/2 hold the given mean/variance in inference mode and zeros for an empty x; TF's Eigen "
             "kernel leaves them uninitialized there (oneDNN copies the statistics, as here).",
-            "rsqrt is the correctly rounded 1/sqrt; TF's AVX path uses the RSQRTPS estimate plus a Newton step, which "
-            "depends on the CPU vendor, so results may differ in the last bits.",
+            "rsqrt is the correctly rounded 1/sqrt; TF's AVX path uses the RSQRTPS estimate plus a Newton step for the "
+            "channels filling whole 8-float packets, which depends on the CPU vendor, so those channels may differ in "
+            "the last bits (the rest match bit for bit).",
         ),
     )
 
@@ -132,6 +160,9 @@ def _grad(name, version, types, kernels, stats_type, scale_type, formats):
         deviations=(
             "is_training=0 accepts NCHW/NCDHW (computed as the transposed NHWC problem); TF's Eigen kernel rejects it "
             "while its Python gradient transposes around it, and oneDNN accepts it.",
+            "rsqrt is the correctly rounded 1/sqrt; TF's AVX path uses the RSQRTPS estimate plus a Newton step for the "
+            "channels filling whole 8-float packets, so those channels may differ in the last bits (the rest match "
+            "bit for bit).",
         ),
     )
 
