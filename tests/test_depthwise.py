@@ -1,0 +1,363 @@
+"""Conformance of DepthwiseConv2dNative, ...BackpropInput and ...BackpropFilter against TensorFlow.
+
+* goldens (tools/goldens/gen_depthwise.py): TF's Eigen kernels, oneDNN (dilations, NCHW) and the dilated
+  gradients through tf.nn.depthwise_conv2d's space-to-batch path, plus every input TF rejects (with TF's message);
+* live differential tests against the installed TF on a seeded random grid;
+* float64 finite differences of both backprops against the forward op;
+* bad input: every error class, each message naming the op;
+* the onnx reference evaluator running each op.
+
+Tolerance (``assert_close``): each output element is a sum of n products (forward: kh*kw taps; BackpropInput:
+kh*kw*M; BackpropFilter: N*oh*ow output positions). Summing n rounded products in any order is within
+(n+1)*u*sum(|products|) of the exact sum (u = unit roundoff of the accumulator, Higham's gamma_n bound to first
+order), so two implementations using different orders (the reference follows Eigen; oneDNN and the C++ kernels
+may not) differ by at most 2*(n+1)*u*sum(|products|). sum(|products|) is computed exactly enough by running the
+reference in float64 on |inputs|. float16/bfloat16 round their accumulator to T after every tap, so their u is
+T's (2^-11, 2^-8); float32 2^-24, float64 2^-53. An absolute n*tiny(T) covers TF flushing subnormals to zero.
+NaN and +-inf must appear at exactly the same places.
+"""
+from __future__ import annotations
+
+import functools
+
+import ml_dtypes
+import numpy as np
+import onnx
+import pytest
+import tensorflow as tf
+
+import ort_ops
+from backends import BackendError, run
+from golden_io import load_cases
+from ort_ops.evaluator import reference_evaluator
+from ort_ops.model import make_single_op_model
+
+FWD = "DepthwiseConv2dNative"
+BPI = "DepthwiseConv2dNativeBackpropInput"
+BPF = "DepthwiseConv2dNativeBackpropFilter"
+OPS = (FWD, BPI, BPF)
+BF16 = np.dtype(ml_dtypes.bfloat16)
+DTYPES = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.float16), BF16)
+UNIT_ROUNDOFF = {"float32": 2.0**-24, "float64": 2.0**-53, "float16": 2.0**-11, "bfloat16": 2.0**-8}
+TINY = {"float32": 2.0**-126, "float64": 2.0**-1022, "float16": 2.0**-14, "bfloat16": 2.0**-126}
+
+
+def reference(op, inputs, attrs):
+    return ort_ops.get_spec(op).run_reference(inputs, attrs)[0]
+
+
+def spatial(shape, fmt):
+    """(N, H, W, C) of a 4-D shape in data_format."""
+    return (shape[0], shape[2], shape[3], shape[1]) if fmt == "NCHW" else tuple(shape)
+
+
+def summed_terms(op, inputs, attrs):
+    """How many products each output element sums (see the module docstring)."""
+    fmt = attrs.get("data_format", "NHWC")
+    if op == FWD:
+        kh, kw = inputs[1].shape[:2]
+        return kh * kw
+    if op == BPI:
+        kh, kw, _, m = inputs[1].shape
+        return kh * kw * m
+    n, oh, ow, _ = spatial(inputs[2].shape, fmt)
+    return n * oh * ow
+
+
+def magnitude(op, inputs, attrs):
+    """sum(|products|) per output element: the op itself in float64 on absolute values."""
+    absolute = [x if x.dtype == np.int32 else np.abs(x.astype(np.float64)) for x in inputs]
+    with np.errstate(invalid="ignore", over="ignore"):
+        return reference(op, absolute, attrs)
+
+
+def assert_close(op, got, want, inputs, attrs, context=""):
+    assert got.shape == want.shape, f"{context}: shape {got.shape} != {want.shape}"
+    assert got.dtype == want.dtype, f"{context}: dtype {got.dtype} != {want.dtype}"
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    assert np.array_equal(np.isnan(g), np.isnan(w)), f"{context}: NaN positions differ"
+    assert np.array_equal(g[np.isinf(w)], w[np.isinf(w)]) and np.array_equal(np.isinf(g), np.isinf(w)), f"{context}: inf differ"
+    finite = np.isfinite(w)
+    name = want.dtype.name
+    n = summed_terms(op, inputs, attrs)
+    bound = 2 * (n + 1) * UNIT_ROUNDOFF[name] * magnitude(op, inputs, attrs)[finite] + n * TINY[name]
+    err = np.abs(g[finite] - w[finite])
+    worst = int(np.argmax(err - bound)) if err.size else 0
+    assert np.all(err <= bound), f"{context}: error {err[worst]:.3g} over the bound {bound[worst]:.3g} (n={n})"
+
+
+# ---------------------------------------------------------------------------------------------------- goldens
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_golden(backend, op):
+    cases = load_cases(op)
+    assert len(cases) > 40
+    for case in cases:
+        context = f"{op} [{case['note']}]"
+        if "error" in case:
+            with pytest.raises(BackendError) as err:
+                run(backend, op, case["inputs"], case["attrs"])
+            assert case["error"] in str(err.value), f"{context}: {err.value!s} lacks TF's message {case['error']!r}"
+            assert op in str(err.value), f"{context}: the message does not name the op: {err.value!s}"
+            continue
+        (got,) = run(backend, op, case["inputs"], case["attrs"])
+        assert_close(op, got, case["outputs"][0], case["inputs"], case["attrs"], context)
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_numpy_bit_exact_on_eigen_goldens(op):
+    """The reference follows the Eigen kernels' order of operations, so their cases match bit for bit (all dtypes)."""
+    cases = [c for c in load_cases(op) if c["note"].startswith("eigen:") and "error" not in c]
+    assert len(cases) > 30
+    for case in cases:
+        got = reference(op, case["inputs"], case["attrs"])
+        want = case["outputs"][0]
+        assert got.shape == want.shape and got.dtype == want.dtype, case["note"]
+        assert np.array_equal(got.view(np.uint8), want.view(np.uint8)), f"{op} [{case['note']}] not bit-exact"
+
+
+def test_goldens_cover_the_grid():
+    """The goldens hold what the brief asks for: dtypes, layouts, dilations, multipliers, paddings, empties."""
+    notes = " ".join(c["note"] for op in OPS for c in load_cases(op))
+    for needle in ("float64", "float16", "bfloat16", "NCHW", "dilations 2x2", "EXPLICIT", "VALID", "stride 2",
+                   "M=9", "M=8", "empty batch", "output size 0", "empty filter", "NaN", "bad: "):
+        assert needle in notes, needle
+
+
+# ---------------------------------------------------------------------------------------------- live TF tests
+
+
+def _nhwc(a, fmt):
+    return np.transpose(a, (0, 2, 3, 1)) if fmt == "NCHW" else a
+
+
+def _from_nhwc(a, fmt):
+    return np.ascontiguousarray(np.transpose(a, (0, 3, 1, 2))) if fmt == "NCHW" else a
+
+
+def _attr4(fmt, row, col):
+    return [1, 1, row, col] if fmt == "NCHW" else [1, row, col, 1]
+
+
+def _tf_oracle(x_nhwc, w, dy_nhwc, s, pad, ep_nhwc, dil):
+    """TF's three results in NHWC. Undilated: the raw ops (any TF build runs them in NHWC). Dilated (stride 1,
+    SAME/VALID): tf.nn.depthwise_conv2d, which goes through space-to-batch, and its gradients by GradientTape."""
+    if dil == (1, 1):
+        attrs = {"strides": [1, s, s, 1], "padding": pad, "explicit_paddings": ep_nhwc}
+        y = tf.raw_ops.DepthwiseConv2dNative(input=x_nhwc, filter=w, **attrs).numpy()
+        if dy_nhwc is None:
+            return y, None, None
+        dx = tf.raw_ops.DepthwiseConv2dNativeBackpropInput(
+            input_sizes=np.array(x_nhwc.shape, np.int32), filter=w, out_backprop=dy_nhwc, **attrs).numpy()
+        dw = tf.raw_ops.DepthwiseConv2dNativeBackpropFilter(
+            input=x_nhwc, filter_sizes=np.array(w.shape, np.int32), out_backprop=dy_nhwc, **attrs).numpy()
+        return y, dx, dw
+    xt, wt = tf.constant(x_nhwc), tf.constant(w)
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch([xt, wt])
+        y = tf.nn.depthwise_conv2d(xt, wt, [1, 1, 1, 1], pad, dilations=list(dil))
+    if dy_nhwc is None:
+        return y.numpy(), None, None
+    dx, dw = tape.gradient(y, [xt, wt], output_gradients=tf.constant(dy_nhwc))
+    return y.numpy(), dx.numpy(), dw.numpy()
+
+
+@functools.lru_cache(maxsize=None)
+def live_cases(count=200, seed=2024):
+    """Seeded random cases over the grid with TF's results; shared by both backends."""
+    rng = np.random.default_rng(seed)
+    cases = []
+    while len(cases) < count:
+        dtype = DTYPES[len(cases) % 4]
+        fmt = ("NHWC", "NCHW")[(len(cases) // 4) % 2]
+        n = int(rng.choice([1, 1, 2, 0])) if len(cases) % 23 else 0
+        h, w_ = (int(v) for v in rng.integers(2, 10, 2))
+        c = int(rng.choice([1, 3, 5, 7]))
+        m = int(rng.choice([1, 2, 3, 8, 9]))
+        kh, kw = (int(v) for v in rng.integers(1, 4, 2))
+        s = int(rng.integers(1, 3))
+        pad = ("SAME", "VALID", "EXPLICIT")[int(rng.integers(0, 3))]
+        dil = (1, 1)
+        if s == 1 and pad != "EXPLICIT" and rng.random() < 0.4:
+            dil = (int(rng.integers(1, 4)), int(rng.integers(1, 4)))
+        pads = [int(v) for v in rng.integers(0, 3, 4)] if pad == "EXPLICIT" else None
+        ep_nhwc = [0, 0, *pads, 0, 0] if pads else []
+        ep = ([0, 0, 0, 0, *pads] if fmt == "NCHW" else ep_nhwc) if pads else []
+        x = (rng.standard_normal((n, h, w_, c)) * 2).astype(dtype)
+        wt = (rng.standard_normal((kh, kw, c, m)) * 2).astype(dtype)
+        try:
+            y, _, _ = _tf_oracle(x, wt, None, s, pad, ep_nhwc, dil)
+        except tf.errors.InvalidArgumentError:
+            continue  # a negative output size: the error tests cover it
+        if y.size == 0 and dil != (1, 1):
+            continue
+        dy = (rng.standard_normal(y.shape) * 2).astype(dtype)
+        y, dx, dw = _tf_oracle(x, wt, dy, s, pad, ep_nhwc, dil)
+        if dy.size == 0:
+            dw = None  # TF's Eigen BackpropFilter returns uninitialized memory for an empty out_backprop
+        attrs = {"strides": _attr4(fmt, s, s), "padding": pad, "explicit_paddings": ep, "data_format": fmt,
+                 "dilations": _attr4(fmt, *dil)}
+        xl, dyl = _from_nhwc(x, fmt), _from_nhwc(dy, fmt)
+        note = f"{dtype.name} {fmt} N={n} {h}x{w_}x{c} k={kh}x{kw} M={m} s={s} {pad} {ep} dil={dil}"
+        cases.append({"attrs": attrs, "note": note, "runs": [
+            (FWD, [xl, wt], _from_nhwc(y, fmt)),
+            (BPI, [np.array(xl.shape, np.int32), wt, dyl], _from_nhwc(dx, fmt)),
+            (BPF, [xl, np.array(wt.shape, np.int32), dyl], dw),
+        ]})
+    return tuple(cases)
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_live_against_tensorflow(backend, op):
+    cases = live_cases()
+    checked = 0
+    for case in cases:
+        for run_op, inputs, want in case["runs"]:
+            if run_op != op or want is None:
+                continue
+            (got,) = run(backend, op, inputs, case["attrs"])
+            assert_close(op, got, want, inputs, case["attrs"], f"{op} [{case['note']}]")
+            checked += 1
+    assert checked > 120
+    notes = " ".join(c["note"] for c in cases)
+    assert "dil=(2" in notes and "NCHW" in notes and "bfloat16" in notes and "N=0" in notes
+
+
+# ------------------------------------------------------------------------------------- finite differences
+
+FD_CONFIGS = [
+    # (N, H, W, C, kh, kw, M, stride, (dil_h, dil_w), padding, explicit (top, bottom, left, right), format)
+    (2, 6, 7, 3, 3, 3, 2, 1, (2, 2), "SAME", None, "NHWC"),
+    (1, 7, 6, 2, 3, 2, 3, 2, (2, 3), "SAME", None, "NCHW"),
+    (1, 8, 7, 3, 2, 3, 1, 2, (3, 1), "VALID", None, "NHWC"),
+    (2, 6, 6, 1, 3, 3, 9, 1, (1, 2), "EXPLICIT", (1, 2, 0, 3), "NCHW"),
+    (1, 5, 6, 5, 3, 3, 8, 2, (1, 1), "EXPLICIT", (2, 0, 1, 1), "NHWC"),
+    (1, 6, 5, 3, 2, 2, 2, 1, (2, 2), "VALID", None, "NCHW"),
+]
+
+
+def _fd_setup(config, rng):
+    n, h, w_, c, kh, kw, m, s, dil, pad, ex, fmt = config
+    ep = []
+    if ex:
+        ep = [0, 0, 0, 0, *ex] if fmt == "NCHW" else [0, 0, *ex, 0, 0]
+    attrs = {"strides": _attr4(fmt, s, s), "padding": pad, "explicit_paddings": ep, "data_format": fmt,
+             "dilations": _attr4(fmt, *dil)}
+    xshape = (n, c, h, w_) if fmt == "NCHW" else (n, h, w_, c)
+    x, w = rng.standard_normal(xshape), rng.standard_normal((kh, kw, c, m))
+    dy = rng.standard_normal(reference(FWD, [x, w], attrs).shape)
+    return x, w, dy, attrs
+
+
+def _loss(x, w, dy, attrs):
+    """L = sum(dy * forward(x, w)) in float64 with the NumPy forward op; dL/dx and dL/dw are the backprops."""
+    return float(np.sum(dy * reference(FWD, [x, w], attrs)))
+
+
+@pytest.mark.parametrize("which", ["input", "filter"])
+@pytest.mark.parametrize("config", FD_CONFIGS, ids=lambda c: f"{c[11]}-{c[9]}-s{c[7]}-d{c[8][0]}x{c[8][1]}-M{c[6]}")
+def test_backprop_finite_differences(backend, config, which):
+    rng = np.random.default_rng(7)
+    x, w, dy, attrs = _fd_setup(config, rng)
+    if which == "input":
+        (grad,) = run(backend, BPI, [np.array(x.shape, np.int32), w, dy], attrs)
+        point, perturb = x, lambda d: _loss(x + d, w, dy, attrs) - _loss(x - d, w, dy, attrs)
+    else:
+        (grad,) = run(backend, BPF, [x, np.array(w.shape, np.int32), dy], attrs)
+        point, perturb = w, lambda d: _loss(x, w + d, dy, attrs) - _loss(x, w - d, dy, attrs)
+    assert grad.shape == point.shape and grad.dtype == np.float64
+    # L is linear in x and in w, so a central difference is exact up to rounding (~1e-13 relative here).
+    step = 1e-3
+    scale = np.sum(np.abs(dy)) * max(np.max(np.abs(x)), np.max(np.abs(w)))
+    coords = [tuple(int(i) for i in np.unravel_index(k, point.shape)) for k in rng.choice(point.size, min(point.size, 40), replace=False)]
+    for idx in coords:
+        d = np.zeros_like(point)
+        d[idx] = step
+        fd = perturb(d) / (2 * step)
+        assert abs(fd - grad[idx]) <= 1e-9 * scale, f"{which} gradient at {idx}: {grad[idx]} vs finite difference {fd}"
+    # and one random direction, which touches every coordinate (including those on padding-only taps)
+    v = rng.standard_normal(point.shape)
+    fd = perturb(step * v) / (2 * step)
+    assert abs(fd - np.sum(grad * v)) <= 1e-9 * scale * point.size
+
+
+# ------------------------------------------------------------------------------------------------ bad input
+
+
+def _bad_cases():
+    f32, f64 = np.float32, np.float64
+    x, w, dy = np.ones((1, 4, 4, 2), f32), np.ones((3, 3, 2, 1), f32), np.ones((1, 4, 4, 2), f32)
+    xs, ws = np.array(x.shape, np.int32), np.array(w.shape, np.int32)
+    same = {"strides": [1, 1, 1, 1], "padding": "SAME"}
+    out = []
+    for op, inputs in ((FWD, [x, w]), (BPI, [xs, w, dy]), (BPF, [x, ws, dy])):
+        out += [
+            (op, inputs, {**same, "dilations": [1, 2, 2]}, "dilations field must specify 4 dimensions"),
+            (op, inputs, {**same, "dilations": [2, 1, 1, 1]}, "does not support dilations in the batch and depth"),
+            (op, inputs, {**same, "dilations": [1, 1, 1, 2]}, "does not support dilations in the batch and depth"),
+            (op, inputs, {**same, "dilations": [1, 0, 1, 1]}, "Dilated rates should be larger than 0"),
+            (op, inputs, {**same, "strides": [1, -1, -1, 1]}, "Stride must be > 0"),
+            (op, inputs, {**same, "padding": "FULL"}, "padding"),
+            (op, inputs, {**same, "data_format": "NCDHW"}, "data_format"),
+        ]
+    out += [
+        (FWD, [x, w.astype(f64)], same, None),  # T must agree
+        (FWD, [x.astype(np.int32), w.astype(np.int32)], same, None),  # T is a float type
+        (BPI, [xs.astype(np.int64), w, dy], same, None),  # input_sizes is int32
+        (BPF, [x, ws, dy.astype(f64)], same, None),
+        # a 2^31 x 2^31 input from a 1x1 out_backprop: refused, not allocated
+        (BPI, [np.array([1, 2**31 - 1, 2**31 - 1, 2], np.int32), w[:1, :1], np.ones((1, 1, 1, 2), f32)],
+         {"strides": [1, 2**31 - 1, 2**31 - 1, 1], "padding": "SAME"}, "too large"),
+    ]
+    return out
+
+
+@pytest.mark.parametrize("case", _bad_cases(), ids=lambda c: f"{c[0][-14:]}-{c[3] or 'dtype'}"[:60])
+def test_bad_input(backend, case):
+    op, inputs, attrs, phrase = case
+    with pytest.raises(BackendError) as err:
+        run(backend, op, inputs, attrs)
+    assert op in str(err.value), f"the message does not name the op: {err.value!s}"
+    if phrase is not None:
+        assert phrase in str(err.value)
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_numpy_errors_are_op_errors(op):
+    """Directly through the spec (no backend wrapper): an OpError whose .op is the op."""
+    x, w = np.ones((1, 4, 4, 2), np.float32), np.ones((3, 3, 3, 1), np.float32)
+    inputs = {FWD: [x, w], BPI: [np.array(x.shape, np.int32), w, x], BPF: [x, np.array(w.shape, np.int32), x]}[op]
+    with pytest.raises(ort_ops.spec.OpError) as err:
+        ort_ops.get_spec(op).run_reference(inputs, {"strides": [1, 1, 1, 1], "padding": "SAME"})
+    assert err.value.op == op and "depth" in err.value.detail
+
+
+# ---------------------------------------------------------------------------------------- reference evaluator
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("constant_sizes", [False, True])
+def test_reference_evaluator(op, constant_sizes):
+    rng = np.random.default_rng(3)
+    attrs = {"strides": [1, 1, 2, 2], "padding": "SAME", "data_format": "NCHW", "dilations": [1, 1, 2, 1]}
+    x, w = rng.standard_normal((2, 3, 7, 6)).astype(np.float32), rng.standard_normal((3, 2, 3, 2)).astype(np.float32)
+    dy = rng.standard_normal(reference(FWD, [x, w], attrs).shape).astype(np.float32)
+    inputs = {FWD: [x, w], BPI: [np.array(x.shape, np.int32), w, dy], BPF: [x, np.array(w.shape, np.int32), dy]}[op]
+    sizes_index = {FWD: None, BPI: 0, BPF: 1}[op]
+    if sizes_index is None and constant_sizes:
+        constant = (1,)  # the forward op with a constant filter
+    else:
+        constant = (sizes_index,) if constant_sizes else ()
+    model = make_single_op_model(op, inputs, attrs, constant_inputs=constant)
+    assert model.ir_version == ort_ops.model.IR_VERSION
+    onnx.checker.check_model(model)
+    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    want = reference(op, inputs, attrs)
+    out_type = inferred.graph.output[0].type.tensor_type
+    dims = [d.dim_value if d.HasField("dim_value") else None for d in out_type.shape.dim]
+    if constant_sizes or op == FWD:
+        assert dims == list(want.shape)
+    feed = {p.name: v for i, (p, v) in enumerate(zip(ort_ops.get_spec(op).inputs, inputs)) if i not in constant}
+    (got,) = reference_evaluator(model).run(None, feed)
+    assert np.array_equal(got, want)
