@@ -36,22 +36,58 @@ def _ort_session_options(threads):
     return so
 
 
+def _bfloat16_outputs(op, inputs):
+    """Indices of the outputs that are bfloat16 for these inputs."""
+    from onnx import TensorProto
+
+    from ort_ops.schemas import ELEM_TYPES, output_elem_types
+    from ort_ops.spec import onnx_type_of
+
+    types = output_elem_types(ort_ops.get_spec(op), [ELEM_TYPES[onnx_type_of(np.asarray(x).dtype)] for x in inputs])
+    return [i for i, t in enumerate(types) if t == TensorProto.BFLOAT16]
+
+
 def ort_session(op, inputs, attrs, threads=2):
     import onnxruntime as ort
+    from onnx import TensorProto, helper
 
     # Untyped outputs: the library, not the Python shape function, must judge every input.
     model = ort_ops.make_single_op_model(op, [np.asarray(x) for x in inputs], attrs, typed_outputs=False)
+    # onnxruntime's Python API cannot hand out bfloat16 arrays: such outputs get an exact Cast to
+    # float32 in the graph (run_ort casts them back).
+    node = model.graph.node[0]
+    for i in _bfloat16_outputs(op, inputs):
+        name = node.output[i]
+        node.output[i] = name + "_bfloat16"
+        model.graph.node.append(helper.make_node("Cast", [name + "_bfloat16"], [name], to=TensorProto.FLOAT))
     return ort.InferenceSession(
         model.SerializeToString(), _ort_session_options(threads), providers=["CPUExecutionProvider"]
     )
+
+
+def _ort_feed(x):
+    """An input for InferenceSession.run_with_ort_values (bfloat16 passes as its bits)."""
+    import onnxruntime as ort
+    from onnx import TensorProto
+
+    x = np.ascontiguousarray(x)
+    if x.dtype.name == "bfloat16":
+        return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(x.view(np.uint16), TensorProto.BFLOAT16)
+    return ort.OrtValue.ortvalue_from_numpy(x)
 
 
 def run_ort(op, inputs, attrs, threads=2):
     spec = ort_ops.get_spec(op)
     try:
         sess = ort_session(op, inputs, attrs, threads)
-        feed = {p.name: np.asarray(x) for p, x in zip(spec.inputs, inputs)}
-        return tuple(sess.run(None, feed))
+        feed = {p.name: _ort_feed(np.asarray(x)) for p, x in zip(spec.inputs, inputs)}
+        outs = [v.numpy() for v in sess.run_with_ort_values(None, feed)]
+        if _bfloat16_outputs(op, inputs):
+            import ml_dtypes
+
+            for i in _bfloat16_outputs(op, inputs):
+                outs[i] = outs[i].astype(ml_dtypes.bfloat16)  # exact: the values are bfloat16's
+        return tuple(outs)
     except OpError as e:
         raise BackendError(str(e)) from e
     except Exception as e:  # onnxruntime raises its own exception classes

@@ -1,0 +1,621 @@
+// Depthwise convolution kernels (see depthwise.h). Layout of the work:
+//  * NCHW and 16-bit types are handled by converting to an NHWC buffer of the compute type
+//    (float, or double for double) once, so the hot loops see one layout and one type.
+//  * Forward / BackpropInput: one task per block of (batch, row) output rows; each row is
+//    accumulated in a row buffer with the filter taps as the outer loops and the contiguous
+//    channels innermost (vectorizes), so no branch is taken per element.
+//  * BackpropFilter: one task per (batch, channel block) with its own partial filter buffer;
+//    the partials are then summed in batch order, which is TF's order, for any thread count.
+#include "kernels/depthwise.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <sstream>
+#include <type_traits>
+
+namespace tfops {
+namespace depthwise {
+namespace {
+
+using i64 = std::int64_t;
+
+// Python-style floor division (the geometry formulas are defined with it).
+i64 FloorDiv(i64 a, i64 b) {
+  i64 q = a / b;
+  if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
+  return q;
+}
+
+std::string ShapeString(const std::vector<i64>& s) {
+  std::ostringstream os;
+  os << "[";
+  for (size_t i = 0; i < s.size(); ++i) os << (i ? "," : "") << s[i];  // TF's "[4,4,2]"
+  os << "]";
+  return os.str();
+}
+
+struct Axes {
+  int h, w, c;
+};
+Axes AxesOf(const std::string& fmt) { return fmt == "NCHW" ? Axes{2, 3, 1} : Axes{1, 2, 3}; }
+
+// Parsed attributes.
+struct Window {
+  i64 stride = 1, dil_h = 1, dil_w = 1;
+  bool explicit_pad = false;
+  i64 pad_h[2] = {0, 0}, pad_w[2] = {0, 0};
+};
+
+// Values larger than this in strides/dilations/paddings cannot describe a tensor that fits in
+// memory; rejecting them keeps every index computation below far from int64 overflow.
+constexpr i64 kMaxWindowValue = std::numeric_limits<std::int32_t>::max();
+
+std::string ParseWindow(const Attrs& a, Window* w) {
+  if (a.data_format != "NHWC" && a.data_format != "NCHW") return "Invalid data format: " + a.data_format;
+  if (a.padding != "SAME" && a.padding != "VALID" && a.padding != "EXPLICIT")
+    return "padding must be SAME, VALID or EXPLICIT, got " + a.padding;
+  const Axes ax = AxesOf(a.data_format);
+  const auto& s = a.strides;
+  if (s.size() != 4) return "Sliding window strides field must specify 4 dimensions";
+  if (s[0] != 1 || s[ax.c] != 1)
+    return "Current implementation does not yet support strides in the batch and depth dimensions.";
+  if (s[ax.h] != s[ax.w])
+    return "Current implementation only supports equal length strides in the row and column dimensions.";
+  if (s[ax.h] <= 0) return "Stride must be > 0, but got " + std::to_string(s[ax.h]);
+  if (s[ax.h] > kMaxWindowValue) return "Stride is too large: " + std::to_string(s[ax.h]);
+  const auto& d = a.dilations;
+  if (d.size() != 4) return "Sliding window dilations field must specify 4 dimensions";
+  if (d[0] != 1 || d[ax.c] != 1)
+    return "Current implementation does not support dilations in the batch and depth dimensions.";
+  if (d[ax.h] <= 0 || d[ax.w] <= 0)
+    return "Dilated rates should be larger than 0, got [" + std::to_string(d[ax.h]) + ", " +
+           std::to_string(d[ax.w]) + "]";
+  if (d[ax.h] > kMaxWindowValue || d[ax.w] > kMaxWindowValue) return "Dilation rates are too large";
+  w->stride = s[ax.h];
+  w->dil_h = d[ax.h];
+  w->dil_w = d[ax.w];
+  const auto& p = a.explicit_paddings;
+  if (a.padding == "EXPLICIT") {
+    if (p.size() != 8)
+      return "explicit_paddings attribute must contain 8 values, but got: " + std::to_string(p.size());
+    for (i64 v : p)
+      if (v < 0) return "All elements of explicit_paddings must be nonnegative";
+    if (p[0] || p[1] || p[2 * ax.c] || p[2 * ax.c + 1])
+      return "Nonzero explicit padding in the batch or depth dimensions is not supported";
+    for (i64 v : p)
+      if (v > kMaxWindowValue) return "explicit_paddings values are too large";
+    w->explicit_pad = true;
+    w->pad_h[0] = p[2 * ax.h];
+    w->pad_h[1] = p[2 * ax.h + 1];
+    w->pad_w[0] = p[2 * ax.w];
+    w->pad_w[1] = p[2 * ax.w + 1];
+  } else if (!p.empty()) {
+    return "explicit_paddings attribute must be empty if the padding attribute is not EXPLICIT";
+  }
+  return "";
+}
+
+// TF's windowed output size for one spatial dim (with a true dilation). All operands are far
+// below 2^40 here (tensor dims and window values <= 2^31), so int64 arithmetic is exact.
+std::string OutputSize(i64 n, i64 k, i64 stride, i64 dilation, const std::string& padding, const i64 explicit_pad[2],
+                       i64* out, i64* before) {
+  const i64 k_eff = (k - 1) * dilation + 1;
+  i64 o;
+  i64 b = 0;
+  if (padding == "VALID") {
+    o = FloorDiv(n - k_eff + stride, stride);
+  } else if (padding == "SAME") {
+    o = FloorDiv(n + stride - 1, stride);
+    const i64 total = std::max<i64>((o - 1) * stride + k_eff - n, 0);
+    b = total / 2;
+  } else {
+    b = explicit_pad[0];
+    o = FloorDiv(n + explicit_pad[0] + explicit_pad[1] - k_eff, stride) + 1;
+  }
+  if (o < 0) {
+    return "Computed output size would be negative: " + std::to_string(o) + " [input_size: " + std::to_string(n) +
+           ", effective_filter_size: " + std::to_string(k_eff) + ", stride: " + std::to_string(stride) + "]";
+  }
+  *out = o;
+  *before = b;
+  return "";
+}
+
+// Dims of tensors that exist are bounded by memory; sizes read from input_sizes/filter_sizes
+// are int32. Either way a product of 4 dims < 2^124 could still overflow int64, so check.
+bool ProductFits(const std::vector<i64>& dims) {
+  i64 total = 1;
+  for (i64 d : dims) {
+    if (d < 0) return false;
+    if (d != 0 && total > std::numeric_limits<i64>::max() / 8 / d) return false;  // keep byte counts in range
+    total *= d;
+  }
+  return true;
+}
+
+// Fills g's spatial and channel fields from NHWC input dims and the filter shape.
+std::string FinishGeometry(const Attrs& a, const Window& w, i64 n, i64 h, i64 wd, i64 c, i64 kh, i64 kw, i64 m,
+                           Geometry* g) {
+  g->batch = n;
+  g->in_rows = h;
+  g->in_cols = wd;
+  g->in_depth = c;
+  g->filter_rows = kh;
+  g->filter_cols = kw;
+  g->depth_multiplier = m;
+  g->out_depth = c * m;
+  g->stride = w.stride;
+  g->dilation_rows = w.dil_h;
+  g->dilation_cols = w.dil_w;
+  g->nchw = a.data_format == "NCHW";
+  std::string err = OutputSize(h, kh, w.stride, w.dil_h, a.padding, w.pad_h, &g->out_rows, &g->pad_top);
+  if (!err.empty()) return err;
+  err = OutputSize(wd, kw, w.stride, w.dil_w, a.padding, w.pad_w, &g->out_cols, &g->pad_left);
+  if (!err.empty()) return err;
+  if (!ProductFits({n, g->out_rows, g->out_cols, g->out_depth}) || !ProductFits({n, h, wd, c}) ||
+      !ProductFits({kh, kw, c, m}))
+    return "tensor sizes overflow";
+  return "";
+}
+
+std::vector<i64> ToNhwc(const std::vector<i64>& s, bool nchw) {
+  return nchw ? std::vector<i64>{s[0], s[2], s[3], s[1]} : s;
+}
+
+// Reads a 1-D int32 sizes tensor into dims, as TF's TensorShapeUtils::MakeShape does.
+std::string ReadSizes(const char* label, const char* what, const std::vector<i64>& sizes_shape,
+                      const std::int32_t* sizes, std::vector<i64>* dims) {
+  if (sizes_shape.size() != 1)
+    return std::string(label) + ": " + what + " input must be 1-dim, not " + std::to_string(sizes_shape.size());
+  dims->clear();
+  for (i64 i = 0; i < sizes_shape[0]; ++i) {
+    if (sizes[i] < 0) return "Dimension " + std::to_string(i) + " of " + what + " must be >= 0";
+    dims->push_back(sizes[i]);
+  }
+  if (!ProductFits(*dims)) return std::string("Encountered overflow when multiplying shape dimensions of ") + what;
+  return "";
+}
+
+// The checks TF's ConvBackpropComputeDimensions makes, with its label.
+std::string BackpropDims(const std::string& label, const Attrs& a, const Window& w, const std::vector<i64>& input,
+                         const std::vector<i64>& filter, const std::vector<i64>& out_backprop, Geometry* g) {
+  if (input.size() != 4) return label + "input must be 4-dimensional";
+  if (filter.size() != 4) return label + "filter must be 4-dimensional";
+  if (out_backprop.size() != 4) return label + "out_backprop must be 4-dimensional";
+  const bool nchw = a.data_format == "NCHW";
+  const std::vector<i64> in = ToNhwc(input, nchw), dy = ToNhwc(out_backprop, nchw);
+  if (in[0] != dy[0]) return label + "input and out_backprop must have the same batch size";
+  constexpr i64 kInt32Max = std::numeric_limits<std::int32_t>::max();
+  if (in[1] > kInt32Max) return label + "rows of input too large";
+  if (in[2] > kInt32Max) return label + "cols of input too large";
+  if (in[3] > kInt32Max) return label + "depth of input too large";
+  if (in[3] != filter[2]) return label + "input and filter must have the same in_depth";
+  if (filter[2] * filter[3] != dy[3]) return label + "depth_multiplier * in_depth not equal to out_depth";
+  std::string err = FinishGeometry(a, w, in[0], in[1], in[2], in[3], filter[0], filter[1], filter[3], g);
+  if (!err.empty()) return label + err;
+  if (g->out_rows != dy[1])
+    return label + "Number of rows of out_backprop doesn't match computed: actual = " + std::to_string(dy[1]) +
+           ", computed = " + std::to_string(g->out_rows);
+  if (g->out_cols != dy[2])
+    return label + "Number of cols of out_backprop doesn't match computed: actual = " + std::to_string(dy[2]) +
+           ", computed = " + std::to_string(g->out_cols);
+  return "";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Layout and type conversion helpers (parallel over the batch*channel or batch*pixel blocks).
+
+// src [N, C, P] (storage T) -> dst [N, P, C] (compute A).
+template <typename T, typename A>
+void NchwToNhwc(const T* src, A* dst, i64 n, i64 c, i64 p, const Parallel& par) {
+  par.ForRange(n * p, 256, [&](i64 begin, i64 end) {
+    for (i64 q = begin; q < end; ++q) {
+      const i64 b = q / p, pix = q % p;
+      const T* s = src + b * c * p + pix;
+      A* d = dst + q * c;
+      for (i64 ch = 0; ch < c; ++ch) d[ch] = static_cast<A>(Storage<T>::Widen(s[ch * p]));
+    }
+  });
+}
+
+// src [N, P, C] (compute A) -> dst [N, C, P] (storage T).
+template <typename T, typename A>
+void NhwcToNchw(const A* src, T* dst, i64 n, i64 c, i64 p, const Parallel& par) {
+  par.ForRange(n * c, 16, [&](i64 begin, i64 end) {
+    for (i64 q = begin; q < end; ++q) {
+      const i64 b = q / c, ch = q % c;
+      const A* s = src + b * p * c + ch;
+      T* d = dst + q * p;
+      for (i64 pix = 0; pix < p; ++pix)
+        d[pix] = Storage<T>::Narrow(static_cast<typename Storage<T>::Compute>(s[pix * c]));
+    }
+  });
+}
+
+template <typename T, typename A>
+void WidenAll(const T* src, A* dst, i64 n, const Parallel& par) {
+  par.ForRange(n, 1 << 14, [&](i64 b, i64 e) { WidenBlock(src + b, dst + b, e - b); });
+}
+template <typename T, typename A>
+void NarrowAll(const A* src, T* dst, i64 n, const Parallel& par) {
+  par.ForRange(n, 1 << 14, [&](i64 b, i64 e) { NarrowBlock(src + b, dst + b, e - b); });
+}
+
+// An NHWC view of an input in the compute type: the caller's buffer itself when it already is
+// one, otherwise a converted copy.
+template <typename T, typename A>
+const A* NhwcCompute(const T* src, i64 n, i64 h, i64 w, i64 c, bool nchw, std::vector<A>* storage,
+                     const Parallel& par) {
+  if (!nchw && std::is_same<T, A>::value) return reinterpret_cast<const A*>(src);
+  storage->resize(static_cast<size_t>(n * h * w * c));
+  if (nchw)
+    NchwToNhwc(src, storage->data(), n, c, h * w, par);
+  else
+    WidenAll(src, storage->data(), n * h * w * c, par);
+  return storage->data();
+}
+
+// Writes an NHWC compute-type result into the caller's output (layout and type conversion).
+template <typename T, typename A>
+void StoreResult(const A* src, T* dst, i64 n, i64 h, i64 w, i64 c, bool nchw, const Parallel& par) {
+  if (nchw)
+    NhwcToNchw(src, dst, n, c, h * w, par);
+  else
+    NarrowAll(src, dst, n * h * w * c, par);
+}
+
+// Range of output positions j (0 <= j < out) whose input position j*stride + offset lies in
+// [0, n): returns [lo, hi).
+inline void ValidRange(i64 offset, i64 stride, i64 n, i64 out, i64* lo, i64* hi) {
+  // j*stride + offset >= 0  <=>  j >= ceil(-offset / stride)
+  i64 l = offset >= 0 ? 0 : (-offset + stride - 1) / stride;
+  // j*stride + offset <= n - 1  <=>  j <= floor((n - 1 - offset) / stride)
+  i64 h = n - 1 - offset < 0 ? 0 : (n - 1 - offset) / stride + 1;
+  *lo = std::min(l, out);
+  *hi = std::max(std::min(h, out), *lo);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Forward. acc[k] = round(acc[k] + w[k] * x[k / M]) per tap, where round is to the storage
+// precision for 16-bit types and the identity otherwise.
+
+template <typename A, bool kRound, typename Round>
+inline void TapM1(A* __restrict acc, const A* __restrict w, const A* __restrict x, i64 k, Round round) {
+  for (i64 i = 0; i < k; ++i) {
+    const A v = acc[i] + w[i] * x[i];
+    acc[i] = kRound ? round(v) : v;
+  }
+}
+
+template <typename A, bool kRound, typename Round>
+inline void TapM(A* __restrict acc, const A* __restrict w, const A* __restrict x, i64 c, i64 m, Round round) {
+  if (m == 2) {  // the common multiplier, unrolled so the pair shares one broadcast
+    for (i64 ch = 0; ch < c; ++ch) {
+      const A v = x[ch];
+      const A a0 = acc[2 * ch] + w[2 * ch] * v;
+      const A a1 = acc[2 * ch + 1] + w[2 * ch + 1] * v;
+      acc[2 * ch] = kRound ? round(a0) : a0;
+      acc[2 * ch + 1] = kRound ? round(a1) : a1;
+    }
+    return;
+  }
+  for (i64 ch = 0; ch < c; ++ch) {
+    const A v = x[ch];
+    A* a = acc + ch * m;
+    const A* f = w + ch * m;
+    for (i64 j = 0; j < m; ++j) {
+      const A s = a[j] + f[j] * v;
+      a[j] = kRound ? round(s) : s;
+    }
+  }
+}
+
+template <typename A, bool kRound, typename Round>
+void ForwardRows(const Geometry& g, const A* in, const A* filter, A* out, i64 row_begin, i64 row_end, Round round) {
+  const i64 K = g.out_depth, C = g.in_depth, M = g.depth_multiplier;
+  for (i64 q = row_begin; q < row_end; ++q) {
+    const i64 b = q / g.out_rows, i = q % g.out_rows;
+    A* orow = out + q * g.out_cols * K;
+    std::fill(orow, orow + g.out_cols * K, A(0));
+    for (i64 r = 0; r < g.filter_rows; ++r) {
+      const i64 in_r = i * g.stride + r * g.dilation_rows - g.pad_top;
+      if (in_r < 0 || in_r >= g.in_rows) continue;  // padding row: contributes exact zeros
+      const A* irow = in + (b * g.in_rows + in_r) * g.in_cols * C;
+      for (i64 s = 0; s < g.filter_cols; ++s) {
+        const i64 off = s * g.dilation_cols - g.pad_left;
+        i64 lo, hi;
+        ValidRange(off, g.stride, g.in_cols, g.out_cols, &lo, &hi);
+        const A* w = filter + (r * g.filter_cols + s) * K;
+        for (i64 j = lo; j < hi; ++j) {
+          const A* x = irow + (j * g.stride + off) * C;
+          if (M == 1)
+            TapM1<A, kRound>(orow + j * K, w, x, K, round);
+          else
+            TapM<A, kRound>(orow + j * K, w, x, C, M, round);
+        }
+      }
+    }
+  }
+}
+
+// Rows per task: about 64k multiply-adds of work, from the shape only.
+i64 RowGrain(i64 work_per_row) { return std::max<i64>(1, (i64{1} << 16) / std::max<i64>(work_per_row, 1)); }
+
+template <typename T>
+struct Types {
+  using A = typename Storage<T>::Compute;
+  static constexpr bool kRound = Storage<T>::kNarrow;
+  struct RoundOp {  // a functor (not a function pointer) so the hot loops inline it
+    A operator()(A v) const { return Storage<T>::Round(v); }
+  };
+};
+
+}  // namespace
+
+std::vector<i64> Geometry::InputShape() const {
+  return nchw ? std::vector<i64>{batch, in_depth, in_rows, in_cols} : std::vector<i64>{batch, in_rows, in_cols, in_depth};
+}
+std::vector<i64> Geometry::OutputShape() const {
+  return nchw ? std::vector<i64>{batch, out_depth, out_rows, out_cols}
+              : std::vector<i64>{batch, out_rows, out_cols, out_depth};
+}
+
+std::string CheckOutputBytes(const std::vector<i64>& shape, std::size_t item_size) {
+  // Same limit as the NumPy kernels: a clear error instead of an allocation failure.
+  constexpr i64 kMaxBytes = i64{1} << 36;
+  i64 bytes = static_cast<i64>(item_size);
+  for (i64 d : shape) {
+    if (d == 0) return "";
+    if (d < 0 || bytes > kMaxBytes / d) return "output of shape " + ShapeString(shape) + " is too large to allocate";
+    bytes *= d;
+  }
+  return "";
+}
+
+std::string CheckAttrs(const Attrs& attrs) {
+  Window w;
+  return ParseWindow(attrs, &w);
+}
+
+std::string ForwardGeometry(const Attrs& a, const std::vector<i64>& input_shape, const std::vector<i64>& filter_shape,
+                            Geometry* g) {
+  Window w;
+  std::string err = ParseWindow(a, &w);
+  if (!err.empty()) return err;
+  if (input_shape.size() != 4) return "input must be 4-dimensional" + ShapeString(input_shape);
+  if (filter_shape.size() != 4) return "filter must be 4-dimensional: " + ShapeString(filter_shape);
+  const std::vector<i64> in = ToNhwc(input_shape, a.data_format == "NCHW");
+  if (in[3] != filter_shape[2])
+    return "input and filter must have the same depth: " + std::to_string(in[3]) + " vs " +
+           std::to_string(filter_shape[2]);
+  if (in[1] > std::numeric_limits<std::int32_t>::max()) return "Input rows too large";
+  if (in[2] > std::numeric_limits<std::int32_t>::max()) return "Input cols too large";
+  return FinishGeometry(a, w, in[0], in[1], in[2], in[3], filter_shape[0], filter_shape[1], filter_shape[3], g);
+}
+
+std::string BackpropInputGeometry(const Attrs& a, const std::vector<i64>& input_sizes_shape,
+                                  const std::int32_t* input_sizes, const std::vector<i64>& filter_shape,
+                                  const std::vector<i64>& out_backprop_shape, Geometry* g) {
+  Window w;
+  std::string err = ParseWindow(a, &w);
+  if (!err.empty()) return err;
+  std::vector<i64> input;
+  err = ReadSizes("Conv2DBackpropInput", "input_sizes", input_sizes_shape, input_sizes, &input);
+  if (!err.empty()) return err;
+  return BackpropDims("DepthwiseConv2DBackpropInput: ", a, w, input, filter_shape, out_backprop_shape, g);
+}
+
+std::string BackpropFilterGeometry(const Attrs& a, const std::vector<i64>& input_shape,
+                                   const std::vector<i64>& filter_sizes_shape, const std::int32_t* filter_sizes,
+                                   const std::vector<i64>& out_backprop_shape, Geometry* g) {
+  Window w;
+  std::string err = ParseWindow(a, &w);
+  if (!err.empty()) return err;
+  std::vector<i64> filter;
+  err = ReadSizes("Conv2DBackpropFilter", "filter_sizes", filter_sizes_shape, filter_sizes, &filter);
+  if (!err.empty()) return err;
+  return BackpropDims("DepthwiseConv2DBackpropFilter: ", a, w, input_shape, filter, out_backprop_shape, g);
+}
+
+// ---------------------------------------------------------------------------------------------
+
+template <typename T>
+void Forward(const Geometry& g, const T* input, const T* filter, T* output, const Parallel& par) {
+  using A = typename Types<T>::A;
+  constexpr bool kRound = Types<T>::kRound;
+  const i64 rows = g.batch * g.out_rows;
+  if (g.OutputSize() == 0) return;
+  std::vector<A> in_buf, filter_buf, out_buf;
+  const A* in = NhwcCompute(input, g.batch, g.in_rows, g.in_cols, g.in_depth, g.nchw, &in_buf, par);
+  const A* w = NhwcCompute(filter, 1, 1, g.filter_rows * g.filter_cols, g.out_depth, false, &filter_buf, par);
+  const bool direct = !g.nchw && std::is_same<T, A>::value;
+  if (!direct) out_buf.resize(static_cast<size_t>(g.OutputSize()));
+  A* out = direct ? reinterpret_cast<A*>(output) : out_buf.data();
+  const i64 grain = RowGrain(g.out_cols * g.out_depth * std::max<i64>(g.filter_rows * g.filter_cols, 1));
+  par.ForRange(rows, grain, [&](i64 b, i64 e) { ForwardRows<A, kRound>(g, in, w, out, b, e, typename Types<T>::RoundOp()); });
+  if (!direct) StoreResult(out, output, g.batch, g.out_rows, g.out_cols, g.out_depth, g.nchw, par);
+}
+
+// ---------------------------------------------------------------------------------------------
+// BackpropInput. a[x][k] accumulates filter * out_backprop over the taps in ascending filter
+// order; then the M products of one input channel are summed like TF's AVX reduction.
+
+namespace {
+
+template <typename A, bool kRound, typename Round>
+void BackpropInputRows(const Geometry& g, const A* w, const A* dy, A* dx, A* acc, i64 row_begin, i64 row_end,
+                       Round round) {
+  const i64 K = g.out_depth, C = g.in_depth, M = g.depth_multiplier, S = g.stride;
+  for (i64 q = row_begin; q < row_end; ++q) {
+    const i64 b = q / g.in_rows, y = q % g.in_rows;
+    A* a = M == 1 ? dx + q * g.in_cols * C : acc;  // with M == 1 the taps sum straight into dx
+    std::fill(a, a + g.in_cols * K, A(0));
+    for (i64 fr = 0; fr < g.filter_rows; ++fr) {
+      const i64 oy_num = y + g.pad_top - fr * g.dilation_rows;
+      if (oy_num < 0 || oy_num % S != 0 || oy_num / S >= g.out_rows) continue;
+      const A* dyrow = dy + (b * g.out_rows + oy_num / S) * g.out_cols * K;
+      for (i64 fc = 0; fc < g.filter_cols; ++fc) {
+        const i64 off = g.pad_left - fc * g.dilation_cols;  // ox_num = x + off
+        // First x >= 0 with x + off >= 0 and divisible by S.
+        i64 x0 = std::max<i64>(0, -off);
+        const i64 rem = ((x0 + off) % S + S) % S;
+        if (rem) x0 += S - rem;
+        const A* f = w + (fr * g.filter_cols + fc) * K;
+        for (i64 x = x0; x < g.in_cols; x += S) {
+          const i64 ox = (x + off) / S;
+          if (ox >= g.out_cols) break;
+          TapM1<A, kRound>(a + x * K, f, dyrow + ox * K, K, round);
+        }
+      }
+    }
+    if (M == 1) continue;
+    A* drow = dx + q * g.in_cols * C;
+    // TF reduces the M products of a channel as SIMD registers: 8 floats or 4 doubles; 16-bit
+    // types take the float tree and round each block and each running sum to T.
+    constexpr i64 kWidth = sizeof(A) == 4 ? 8 : 4;
+    const i64 full = M / kWidth * kWidth;
+    for (i64 x = 0; x < g.in_cols; ++x) {
+      for (i64 c = 0; c < C; ++c) {
+        const A* v = a + x * K + c * M;
+        A s = 0;
+        for (i64 blk = 0; blk < full; blk += kWidth) {
+          A h0 = v[blk], h1 = v[blk + 1], h2 = v[blk + 2], h3 = v[blk + 3];
+          if (kWidth == 8) {  // first fold the upper half of the register onto the lower
+            h0 = h0 + v[blk + 4];
+            h1 = h1 + v[blk + 5];
+            h2 = h2 + v[blk + 6];
+            h3 = h3 + v[blk + 7];
+          }
+          A block = (h0 + h2) + (h1 + h3);
+          if (kRound) block = round(block);
+          s = s + block;
+          if (kRound) s = round(s);
+        }
+        for (i64 m = full; m < M; ++m) {
+          s = s + v[m];
+          if (kRound) s = round(s);
+        }
+        drow[x * C + c] = s;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+template <typename T>
+void BackpropInput(const Geometry& g, const T* filter, const T* out_backprop, T* in_backprop, const Parallel& par) {
+  using A = typename Types<T>::A;
+  constexpr bool kRound = Types<T>::kRound;
+  const i64 in_size = g.InputSize();
+  if (in_size == 0) return;
+  std::vector<A> dy_buf, filter_buf, dx_buf;
+  const A* dy = NhwcCompute(out_backprop, g.batch, g.out_rows, g.out_cols, g.out_depth, g.nchw, &dy_buf, par);
+  const A* w = NhwcCompute(filter, 1, 1, g.filter_rows * g.filter_cols, g.out_depth, false, &filter_buf, par);
+  const bool direct = !g.nchw && std::is_same<T, A>::value;
+  if (!direct) dx_buf.resize(static_cast<size_t>(in_size));
+  A* dx = direct ? reinterpret_cast<A*>(in_backprop) : dx_buf.data();
+  const i64 rows = g.batch * g.in_rows;
+  const i64 grain = RowGrain(g.in_cols * g.out_depth * std::max<i64>(g.filter_rows * g.filter_cols, 1));
+  par.ForRange(rows, grain, [&](i64 b, i64 e) {
+    std::vector<A> acc(g.depth_multiplier == 1 ? 0 : static_cast<size_t>(g.in_cols * g.out_depth));
+    BackpropInputRows<A, kRound>(g, w, dy, dx, acc.data(), b, e, typename Types<T>::RoundOp());
+  });
+  if (!direct) StoreResult(dx, in_backprop, g.batch, g.in_rows, g.in_cols, g.in_depth, g.nchw, par);
+}
+
+// ---------------------------------------------------------------------------------------------
+// BackpropFilter.
+
+namespace {
+
+// Accumulates batch b's contributions for input channels [c0, c1) into buf [kh][kw][(c1-c0)*M].
+template <typename A, bool kRound, typename Round>
+void FilterPartial(const Geometry& g, const A* in, const A* dy, i64 b, i64 c0, i64 c1, A* buf, Round round) {
+  const i64 K = g.out_depth, C = g.in_depth, M = g.depth_multiplier;
+  const i64 kb = (c1 - c0) * M;
+  for (i64 i = 0; i < g.out_rows; ++i) {
+    const A* dyrow = dy + (b * g.out_rows + i) * g.out_cols * K + c0 * M;
+    for (i64 r = 0; r < g.filter_rows; ++r) {
+      const i64 in_r = i * g.stride + r * g.dilation_rows - g.pad_top;
+      if (in_r < 0 || in_r >= g.in_rows) continue;
+      const A* irow = in + (b * g.in_rows + in_r) * g.in_cols * C + c0;
+      for (i64 s = 0; s < g.filter_cols; ++s) {
+        const i64 off = s * g.dilation_cols - g.pad_left;
+        i64 lo, hi;
+        ValidRange(off, g.stride, g.in_cols, g.out_cols, &lo, &hi);
+        A* acc = buf + (r * g.filter_cols + s) * kb;
+        for (i64 j = lo; j < hi; ++j) {
+          const A* x = irow + (j * g.stride + off) * C;
+          const A* d = dyrow + j * K;
+          if (M == 1)
+            TapM1<A, kRound>(acc, d, x, kb, round);
+          else
+            TapM<A, kRound>(acc, d, x, c1 - c0, M, round);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+template <typename T>
+void BackpropFilter(const Geometry& g, const T* input, const T* out_backprop, T* filter_backprop,
+                    const Parallel& par) {
+  using A = typename Types<T>::A;
+  constexpr bool kRound = Types<T>::kRound;
+  const i64 fsize = g.FilterSize();
+  if (fsize == 0) return;
+  const i64 taps = g.filter_rows * g.filter_cols;
+  if (g.OutputSize() == 0) {  // nothing flows back (TF 2.21 returns uninitialized memory here)
+    for (i64 i = 0; i < fsize; ++i) filter_backprop[i] = Storage<T>::Narrow(0);
+    return;
+  }
+  std::vector<A> in_buf, dy_buf;
+  const A* in = NhwcCompute(input, g.batch, g.in_rows, g.in_cols, g.in_depth, g.nchw, &in_buf, par);
+  const A* dy = NhwcCompute(out_backprop, g.batch, g.out_rows, g.out_cols, g.out_depth, g.nchw, &dy_buf, par);
+  // Channel blocks of about 64 output channels, whole input channels each (shape-only choice).
+  const i64 C = g.in_depth, M = g.depth_multiplier, K = g.out_depth;
+  const i64 block_c = std::max<i64>(1, 64 / M);
+  const i64 blocks = (C + block_c - 1) / block_c;
+  // partials[b] holds batch b's [kh][kw][K] buffer, laid out per channel block.
+  std::vector<A> partials(static_cast<size_t>(g.batch * taps * K), A(0));
+  par.For(static_cast<size_t>(g.batch * blocks), [&](size_t t) {
+    const i64 b = static_cast<i64>(t) / blocks, blk = static_cast<i64>(t) % blocks;
+    const i64 c0 = blk * block_c, c1 = std::min(C, c0 + block_c);
+    A* buf = partials.data() + b * taps * K + taps * c0 * M;
+    FilterPartial<A, kRound>(g, in, dy, b, c0, c1, buf, typename Types<T>::RoundOp());
+  });
+  // dW = ((0 + buf_0) + buf_1) + ...: batch order, in parallel over filter elements.
+  par.ForRange(K, 64, [&](i64 k0, i64 k1) {
+    for (i64 tap = 0; tap < taps; ++tap) {
+      for (i64 k = k0; k < k1; ++k) {
+        const i64 blk = (k / M) / block_c;
+        const i64 c0 = blk * block_c, c1 = std::min(C, c0 + block_c);
+        const i64 kb = (c1 - c0) * M;
+        const i64 pos = taps * c0 * M + tap * kb + (k - c0 * M);
+        A s = 0;
+        for (i64 b = 0; b < g.batch; ++b) {
+          s = s + partials[static_cast<size_t>(b * taps * K + pos)];
+          if (kRound) s = typename Types<T>::RoundOp()(s);
+        }
+        filter_backprop[tap * K + k] = Storage<T>::Narrow(static_cast<typename Storage<T>::Compute>(s));
+      }
+    }
+  });
+}
+
+#define TFOPS_DEPTHWISE_INSTANTIATE(T)                                                                \
+  template void Forward<T>(const Geometry&, const T*, const T*, T*, const Parallel&);                \
+  template void BackpropInput<T>(const Geometry&, const T*, const T*, T*, const Parallel&);          \
+  template void BackpropFilter<T>(const Geometry&, const T*, const T*, T*, const Parallel&);
+
+TFOPS_DEPTHWISE_INSTANTIATE(float)
+TFOPS_DEPTHWISE_INSTANTIATE(double)
+TFOPS_DEPTHWISE_INSTANTIATE(Half)
+TFOPS_DEPTHWISE_INSTANTIATE(BFloat16)
+
+}  // namespace depthwise
+}  // namespace tfops

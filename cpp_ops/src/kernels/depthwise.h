@@ -1,0 +1,80 @@
+// DepthwiseConv2dNative and its input/filter gradients as plain functions over pointers and
+// shapes (no ONNX Runtime types). Validation first (a non-empty string is the error message,
+// without the op name, which the adapter prefixes), then kernels that trust a validated Geometry.
+//
+// Arithmetic follows TensorFlow's CPU kernels (docs/tf-semantics.md section 4): taps in
+// row-major filter order, multiply then add with no fused multiply-add; 16-bit types compute
+// each tap in float and round the accumulator to the storage type after every tap. Deviations
+// (see ort_ops/specs/depthwise.py): true dilations, NCHW, padding taps skipped.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/half.h"
+#include "kernels/parallel.h"
+
+namespace tfops {
+namespace depthwise {
+
+// The attributes every op of the family has, as found on the node.
+struct Attrs {
+  std::vector<std::int64_t> strides;
+  std::string padding;  // SAME, VALID, EXPLICIT
+  std::vector<std::int64_t> explicit_paddings;
+  std::string data_format = "NHWC";
+  std::vector<std::int64_t> dilations = {1, 1, 1, 1};
+};
+
+// Everything a kernel needs, in NHWC terms whatever the data format.
+struct Geometry {
+  std::int64_t batch = 0, in_rows = 0, in_cols = 0, in_depth = 0;
+  std::int64_t filter_rows = 0, filter_cols = 0, depth_multiplier = 0;
+  std::int64_t out_rows = 0, out_cols = 0, out_depth = 0;
+  std::int64_t stride = 1, dilation_rows = 1, dilation_cols = 1;
+  std::int64_t pad_top = 0, pad_left = 0;
+  bool nchw = false;
+
+  std::int64_t InputSize() const { return batch * in_rows * in_cols * in_depth; }
+  std::int64_t FilterSize() const { return filter_rows * filter_cols * in_depth * depth_multiplier; }
+  std::int64_t OutputSize() const { return batch * out_rows * out_cols * out_depth; }
+  // Shapes in the op's data format.
+  std::vector<std::int64_t> InputShape() const;
+  std::vector<std::int64_t> OutputShape() const;
+  std::vector<std::int64_t> FilterShape() const { return {filter_rows, filter_cols, in_depth, depth_multiplier}; }
+};
+
+// Checks strides/padding/dilations/data_format (messages as TF's). Empty string when valid.
+std::string CheckAttrs(const Attrs& attrs);
+
+// The NumPy kernels' allocation limit: an error for outputs of more than 2^36 bytes.
+std::string CheckOutputBytes(const std::vector<std::int64_t>& shape, std::size_t item_size);
+
+// Forward: input [N,H,W,C] (or NCHW), filter [kh,kw,C,M].
+std::string ForwardGeometry(const Attrs& attrs, const std::vector<std::int64_t>& input_shape,
+                            const std::vector<std::int64_t>& filter_shape, Geometry* g);
+
+// BackpropInput: input_sizes (int32 values and the tensor's shape), filter, out_backprop.
+std::string BackpropInputGeometry(const Attrs& attrs, const std::vector<std::int64_t>& input_sizes_shape,
+                                  const std::int32_t* input_sizes, const std::vector<std::int64_t>& filter_shape,
+                                  const std::vector<std::int64_t>& out_backprop_shape, Geometry* g);
+
+// BackpropFilter: input, filter_sizes (int32 values and shape), out_backprop.
+std::string BackpropFilterGeometry(const Attrs& attrs, const std::vector<std::int64_t>& input_shape,
+                                   const std::vector<std::int64_t>& filter_sizes_shape,
+                                   const std::int32_t* filter_sizes,
+                                   const std::vector<std::int64_t>& out_backprop_shape, Geometry* g);
+
+// T is float, double, Half or BFloat16. Outputs are fully written (zeros where nothing flows).
+template <typename T>
+void Forward(const Geometry& g, const T* input, const T* filter, T* output, const Parallel& par);
+template <typename T>
+void BackpropInput(const Geometry& g, const T* filter, const T* out_backprop, T* in_backprop, const Parallel& par);
+template <typename T>
+void BackpropFilter(const Geometry& g, const T* input, const T* out_backprop, T* filter_backprop,
+                    const Parallel& par);
+
+}  // namespace depthwise
+}  // namespace tfops
