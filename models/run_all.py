@@ -249,7 +249,10 @@ def compare(example: ExampleModel, name, expected, actual, grid_steps) -> Output
         atol = FLOAT_RTOL * float(np.abs(expected[finite]).max(initial=0.0))
         inside = err <= FLOAT_RTOL * np.abs(expected.astype(np.float64)) + atol
         tolerance, ok = f"rtol {FLOAT_RTOL:.0e} atol {atol:.1e}", nonfinite_ok and bool(inside.all())
-    return OutputResult(name, expected.shape, max_abs, max_rel, n_diff, expected.size, tolerance, ok)
+    note = ""
+    if n_diff and max_abs == 0 and nonfinite_ok:
+        note = "(differs only in the sign of zero)"
+    return OutputResult(name, expected.shape, max_abs, max_rel, n_diff, expected.size, tolerance, ok, note)
 
 
 def node_summary(onnx_model) -> str:
@@ -345,7 +348,13 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     parser.add_argument("--repeat", type=int, default=5, help="timed runs per measurement (median is shown)")
     parser.add_argument("--no-write", action="store_true", help="do not overwrite the committed ONNX files")
+    parser.add_argument("--verbose", action="store_true", help="keep tf2onnx's log (its tracebacks for ops it could not convert)")
     args = parser.parse_args(argv)
+    if not args.verbose:
+        # Conversion failures are reported in the tables; tf2onnx would also log a traceback per node.
+        import logging
+
+        logging.getLogger("tf2onnx").setLevel(logging.CRITICAL)
 
     summary = []
     for name in args.models:
