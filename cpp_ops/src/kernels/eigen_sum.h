@@ -1,7 +1,7 @@
 // Float sums in the exact order Eigen's single-threaded full reductions add, so that a kernel's
 // gradient sums match TensorFlow bit for bit (float addition is not associative).
 //
-// Both reducers read element i through `value(i)` (a callable), so the summed expression (e.g.
+// The reducer reads element i through `value(i)` (a callable), so the summed expression (e.g.
 // g[i] * mask[i]) is never materialized.
 #pragma once
 
@@ -10,7 +10,7 @@
 namespace tfops {
 namespace eigen_sum {
 
-constexpr int64_t kLeafSize = 1024;  // Eigen's LeafSize<float>
+constexpr int64_t kLeafSize = 1024;  // Eigen's LeafSize<float>: leaves of up to 8*1024 values
 constexpr int64_t kPacket = 8;       // AVX float packet width of the official TF wheels
 
 // AVX horizontal sum of one 8-lane packet: lanes folded 4+4, then 2+2, then 1+1.
@@ -65,20 +65,6 @@ float PacketTreeSum(const F& value, int64_t first, int64_t n) {
     return acc;
   }
   return PacketLeaf(value, first, n);
-}
-
-// Eigen's scalar (non-vectorizable expression) tree reduction: halve above 1024, else a plain loop.
-template <typename F>
-float ScalarTreeSum(const F& value, int64_t first, int64_t n) {
-  float acc = 0.0f;
-  if (n > kLeafSize) {
-    const int64_t half = n / 2;
-    acc = acc + ScalarTreeSum(value, first, half);
-    acc = acc + ScalarTreeSum(value, first + half, n - half);
-    return acc;
-  }
-  for (int64_t j = 0; j < n; ++j) acc = acc + value(first + j);
-  return acc;
 }
 
 }  // namespace eigen_sum

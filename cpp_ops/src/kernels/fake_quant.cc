@@ -165,9 +165,11 @@ void FakeQuantPerChannelGradient(const float* g, const float* x, int64_t rows, i
     }
     const float* gc = g + c;
     const float* xc = x + c;
-    dmin[c] = eigen_sum::ScalarTreeSum(
+    // TF reduces each channel as a chip of the [rows, channels] view; Eigen gathers the strided
+    // column into packets, so the order is that of a full vectorized reduction.
+    dmin[c] = eigen_sum::PacketTreeSum(
         [&](int64_t r) { return gc[r * channels] * (xc[r * channels] < lo ? 1.0f : 0.0f); }, 0, rows);
-    dmax[c] = eigen_sum::ScalarTreeSum(
+    dmax[c] = eigen_sum::PacketTreeSum(
         [&](int64_t r) { return gc[r * channels] * (xc[r * channels] > hi ? 1.0f : 0.0f); }, 0, rows);
   });
 }

@@ -43,7 +43,7 @@ void FakeQuantVarsGradient(const float* g, const float* x, int64_t n, float min,
                            int quant_max, float* dx, float* dmin, float* dmax, const Parallel& parallel);
 
 // PerChannel gradient over x viewed as [rows, channels]; dmin/dmax have `channels` entries, each the
-// column sum in Eigen's column-reduction order.
+// column sum in the order of Eigen's vectorized full reduction (as TF sums each channel's chip).
 void FakeQuantPerChannelGradient(const float* g, const float* x, int64_t rows, int64_t channels, const float* min,
                                  const float* max, int quant_min, int quant_max, float* dx, float* dmin,
                                  float* dmax, const Parallel& parallel);

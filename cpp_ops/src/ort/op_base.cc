@@ -24,16 +24,16 @@ struct TypeShapeInfoHolder {
   }
 };
 
+// "\"A\", \"B\"": the list TF prints after "is not in the list of allowed values: ".
 std::string JoinChoices(std::initializer_list<const char*> choices) {
-  std::string out = "[";
-  bool first = true;
+  std::string out;
   for (const char* c : choices) {
-    out += first ? "\"" : ", \"";
+    if (!out.empty()) out += ", ";
+    out += "\"";
     out += c;
     out += "\"";
-    first = false;
   }
-  return out + "]";
+  return out;
 }
 }  // namespace
 

@@ -1,0 +1,210 @@
+// QuantizeAndDequantize kernels. All arithmetic is in the element type T, one IEEE operation at a
+// time in TF's order (built with -ffp-contract=off).
+#include "kernels/quantize_dequantize.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "kernels/simd.h"
+
+namespace tfops {
+
+namespace {
+
+constexpr int64_t kGrain = 1 << 15;  // elements per parallel task (a shape-only choice)
+
+// The per-channel parameters of TF's ComputeQuantizationRange.
+template <typename T>
+struct QdqParams {
+  T min_range;  // the (adjusted) clamp range, used only when the range is given
+  T max_range;
+  T scale;    // quantization factor
+  T inverse;  // dequantization step
+};
+
+template <typename T>
+QdqParams<T> ComputeRange(T min_range, T max_range, const QdqOptions& o) {
+  int64_t q_lo, q_hi;
+  if (o.signed_input) {
+    const int64_t half = int64_t{1} << (o.num_bits - 1);
+    q_lo = o.narrow_range ? -half + 1 : -half;
+    q_hi = half - 1;
+  } else {
+    q_lo = 0;
+    q_hi = (int64_t{1} << o.num_bits) - 1;
+  }
+  const T min_q = static_cast<T>(q_lo);  // int64 -> T rounds to nearest, as in TF
+  const T max_q = static_cast<T>(q_hi);
+  const T big = std::numeric_limits<T>::max();
+  const T scale_from_min = (min_q * min_range > T(0)) ? min_q / min_range : big;
+  const T scale_from_max = (max_q * max_range > T(0)) ? max_q / max_range : big;
+  QdqParams<T> p;
+  if (scale_from_min < scale_from_max) {
+    p.scale = scale_from_min;
+    p.inverse = min_range / min_q;
+    p.min_range = min_range;
+    p.max_range = max_q * p.inverse;
+  } else {  // ties and the both-unbounded case take the max side
+    p.scale = scale_from_max;
+    p.inverse = max_range / max_q;
+    p.min_range = min_q * p.inverse;
+    p.max_range = max_range;
+  }
+  return p;
+}
+
+// ---- the data range, in Eigen's single-threaded min/max reduction order.
+// Each step returns one of its operands; the operand orders below are those of Eigen's
+// MinReducer/MaxReducer on AVX (MINPS/MAXPS return the second operand when either is NaN), so the
+// same NaN or signed zero survives as in TF.
+template <typename T, bool kMax>
+inline T Pick(T first, T second) {  // first if it strictly wins, else second
+  return (kMax ? first > second : first < second) ? first : second;
+}
+
+template <typename T>
+constexpr int PacketWidth() {
+  return sizeof(T) == 4 ? 8 : 4;  // AVX: 8 floats or 4 doubles
+}
+
+// Reduces value(0..n-1) to its min (kMax false) or max.
+template <typename T, bool kMax, typename F>
+T EigenExtreme(const F& value, int64_t n) {
+  constexpr int W = PacketWidth<T>();
+  const T init = kMax ? -std::numeric_limits<T>::infinity() : std::numeric_limits<T>::infinity();
+  T acc[4][W];
+  for (auto& a : acc) std::fill(a, a + W, init);
+  const int64_t whole4 = (n / (4 * W)) * (4 * W);
+  const int64_t whole = (n / W) * W;
+  for (int64_t j = 0; j < whole4; j += 4 * W) {
+    for (int k = 0; k < 4; ++k) {
+      for (int l = 0; l < W; ++l) acc[k][l] = Pick<T, kMax>(value(j + k * W + l), acc[k][l]);
+    }
+  }
+  if (whole4 > 0) {
+    for (int k = 1; k < 4; ++k) {
+      for (int l = 0; l < W; ++l) acc[0][l] = Pick<T, kMax>(acc[k][l], acc[0][l]);
+    }
+  }
+  for (int64_t j = whole4; j < whole; j += W) {
+    for (int l = 0; l < W; ++l) acc[0][l] = Pick<T, kMax>(value(j + l), acc[0][l]);
+  }
+  T scalar = init;
+  for (int64_t j = whole; j < n; ++j) scalar = Pick<T, kMax>(scalar, value(j));
+  // Horizontal fold: upper half onto lower half until one lane is left.
+  for (int width = W / 2; width >= 1; width /= 2) {
+    for (int l = 0; l < width; ++l) acc[0][l] = Pick<T, kMax>(acc[0][l], acc[0][l + width]);
+  }
+  return Pick<T, kMax>(acc[0][0], scalar);
+}
+
+// ---- the elementwise pass
+template <typename T, bool kClamp, bool kHalfUp>
+inline void QdqLoop(const T* x, T* y, int64_t n, T lo, T hi, T scale, T inverse) {
+  for (int64_t i = 0; i < n; ++i) {
+    T v = x[i];
+    if (kClamp) {
+      v = hi < v ? hi : v;  // Eigen cwiseMin(hi): std::min(v, hi)
+      v = v < lo ? lo : v;  // cwiseMax(lo): std::max(v, lo)
+    }
+    const T scaled = v * scale;
+    const T rounded = kHalfUp ? std::floor(scaled + T(0.5)) : std::nearbyint(scaled);
+    y[i] = rounded * inverse;
+  }
+}
+
+#define TFOPS_QDQ_LOOP(NAME, T, CLAMP)                                                                   \
+  TFOPS_VECTOR_CLONES void NAME(const T* x, T* y, int64_t n, T lo, T hi, T scale, T inverse, bool half_up) { \
+    if (half_up) {                                                                                      \
+      QdqLoop<T, CLAMP, true>(x, y, n, lo, hi, scale, inverse);                                        \
+    } else {                                                                                            \
+      QdqLoop<T, CLAMP, false>(x, y, n, lo, hi, scale, inverse);                                       \
+    }                                                                                                   \
+  }
+TFOPS_QDQ_LOOP(QdqFloat, float, false)
+TFOPS_QDQ_LOOP(QdqFloatClamped, float, true)
+TFOPS_QDQ_LOOP(QdqDouble, double, false)
+TFOPS_QDQ_LOOP(QdqDoubleClamped, double, true)
+#undef TFOPS_QDQ_LOOP
+
+inline void QdqSegment(const float* x, float* y, int64_t n, const QdqParams<float>& p, bool clamp, bool half_up) {
+  (clamp ? QdqFloatClamped : QdqFloat)(x, y, n, p.min_range, p.max_range, p.scale, p.inverse, half_up);
+}
+inline void QdqSegment(const double* x, double* y, int64_t n, const QdqParams<double>& p, bool clamp,
+                       bool half_up) {
+  (clamp ? QdqDoubleClamped : QdqDouble)(x, y, n, p.min_range, p.max_range, p.scale, p.inverse, half_up);
+}
+
+// Runs seg(begin, end, channel) over [0, pre*depth*post) in chunks of kGrain elements, each chunk cut
+// at channel-row boundaries.
+template <typename F>
+void ForEachChannelSegment(const QdqView& v, const Parallel& parallel, const F& seg) {
+  const int64_t n = v.pre * v.depth * v.post;
+  if (n == 0) return;
+  parallel.ForRange(n, kGrain, [&](int64_t begin, int64_t end) {
+    int64_t i = begin;
+    while (i < end) {
+      const int64_t row = i / v.post;
+      const int64_t stop = std::min(end, (row + 1) * v.post);
+      seg(i, stop, row % v.depth);
+      i = stop;
+    }
+  });
+}
+
+}  // namespace
+
+template <typename T>
+void QuantizeDequantize(const T* x, T* y, const QdqView& view, const T* given_min, const T* given_max,
+                        const QdqOptions& options, const Parallel& parallel) {
+  const int64_t n = view.pre * view.depth * view.post;
+  if (n == 0) return;
+  std::vector<QdqParams<T>> params(static_cast<std::size_t>(view.depth));
+  if (options.range_given) {
+    for (int64_t c = 0; c < view.depth; ++c) params[c] = ComputeRange(given_min[c], given_max[c], options);
+  } else {
+    // Each channel's data range: x[p, c, q] in (p, q) order, one task per channel.
+    parallel.For(static_cast<std::size_t>(view.depth), [&](std::size_t task) {
+      const int64_t c = static_cast<int64_t>(task);
+      const int64_t count = view.pre * view.post;
+      auto value = [&](int64_t j) { return x[((j / view.post) * view.depth + c) * view.post + j % view.post]; };
+      auto contiguous = [&](int64_t j) { return x[j]; };
+      T lo, hi;
+      if (view.depth == 1) {
+        lo = EigenExtreme<T, false>(contiguous, count);
+        hi = EigenExtreme<T, true>(contiguous, count);
+      } else {
+        lo = EigenExtreme<T, false>(value, count);
+        hi = EigenExtreme<T, true>(value, count);
+      }
+      params[c] = ComputeRange(lo, hi, options);
+    });
+  }
+  const bool half_up = options.round_mode == QdqRoundMode::kHalfUp;
+  ForEachChannelSegment(view, parallel, [&](int64_t begin, int64_t end, int64_t c) {
+    QdqSegment(x + begin, y + begin, end - begin, params[c], options.range_given, half_up);
+  });
+}
+
+template <typename T>
+void QuantizeDequantizeGradient(const T* g, const T* x, T* dx, const QdqView& view, const T* min, const T* max,
+                                const Parallel& parallel) {
+  ForEachChannelSegment(view, parallel, [&](int64_t begin, int64_t end, int64_t c) {
+    const T lo = min[c], hi = max[c];
+    for (int64_t i = begin; i < end; ++i) dx[i] = g[i] * ((x[i] >= lo && x[i] <= hi) ? T(1) : T(0));
+  });
+}
+
+template void QuantizeDequantize<float>(const float*, float*, const QdqView&, const float*, const float*,
+                                        const QdqOptions&, const Parallel&);
+template void QuantizeDequantize<double>(const double*, double*, const QdqView&, const double*, const double*,
+                                         const QdqOptions&, const Parallel&);
+template void QuantizeDequantizeGradient<float>(const float*, const float*, float*, const QdqView&, const float*,
+                                                const float*, const Parallel&);
+template void QuantizeDequantizeGradient<double>(const double*, const double*, double*, const QdqView&,
+                                                 const double*, const double*, const Parallel&);
+
+}  // namespace tfops
