@@ -90,8 +90,8 @@ def _cases():
             [qx, _f32(-1.5), _f32(1.25)],
         ),
         "QuantizeAndDequantizeV3": (
-            lambda a, lo, hi, bits: raw.QuantizeAndDequantizeV3(input=a, input_min=lo, input_max=hi, num_bits=bits),
-            [qx, _f32(-2.0), _f32(1.0), np.int32(5)],
+            lambda a, lo, hi: raw.QuantizeAndDequantizeV3(input=a, input_min=lo, input_max=hi, num_bits=tf.constant(5)),
+            [qx, _f32(-2.0), _f32(1.0)],
         ),
         "QuantizeAndDequantizeV4": (
             lambda a, lo, hi: raw.QuantizeAndDequantizeV4(
@@ -363,3 +363,19 @@ def test_verify_flags_a_wrong_output():
     report = converters.verify(model, fn, inputs=inputs, print_table=False)
     (check,) = report.outputs
     assert check.exact and not report.ok and check.n_differing == 1
+
+
+def test_lowering_error_is_raised_not_logged():
+    """tf2onnx only logs a failing handler; the converter must raise the lowering's error instead."""
+    signature = [tf.TensorSpec([3, 4], tf.float32), tf.TensorSpec([], tf.int32)]
+
+    @tf.function(input_signature=signature)
+    def fn(x, bits):  # num_bits known only at run time: the standard lowering cannot check its range
+        return tf.raw_ops.QuantizeAndDequantizeV3(input=x, input_min=-1.0, input_max=1.0, num_bits=bits)
+
+    with pytest.raises(converters.LoweringError) as info:
+        converters.from_function(fn, signature, lowering="standard")
+    assert info.value.op == "QuantizeAndDequantizeV3"
+    model = converters.from_function(fn, signature, lowering="custom")
+    report = converters.verify(model, fn, inputs=[_quant_inputs((3, 4), -1.0, 1.0), np.int32(4)], print_table=False)
+    assert report.ok, report.table()
