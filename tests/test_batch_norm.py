@@ -42,7 +42,10 @@ def assert_close(got, want, what):
     assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
     g, w = got.astype(np.float64), want.astype(np.float64)
     assert np.array_equal(np.isnan(g), np.isnan(w)), f"{what}: NaN positions differ"
-    finite = ~np.isnan(w)
+    assert np.array_equal(g[np.isinf(w)], w[np.isinf(w)]) and np.isinf(g).sum() == np.isinf(w).sum(), (
+        f"{what}: infinities differ"
+    )
+    finite = np.isfinite(w)
     if not finite.any():
         return
     size = max(1.0, float(np.max(np.abs(w[finite]))))

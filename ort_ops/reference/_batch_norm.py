@@ -10,6 +10,8 @@ results are bit-identical), and a 5-D x is just more rows.
 """
 from __future__ import annotations
 
+import functools
+
 import ml_dtypes
 import numpy as np
 
@@ -91,8 +93,7 @@ def column_sum(m: np.ndarray) -> np.ndarray:
 def rsqrt(a: np.ndarray) -> np.ndarray:
     """Correctly rounded 1/sqrt(a). TF's vector path uses RSQRTPS plus a Newton step instead, which is
     CPU-vendor dependent in the last bit (documented deviation); its scalar path is exactly this."""
-    with np.errstate(invalid="ignore"):  # a negative variance gives NaN, as in TF
-        return a.dtype.type(1) / np.sqrt(a)
+    return a.dtype.type(1) / np.sqrt(a)
 
 
 def _check_rank(op, name_in_message, shape):
@@ -119,6 +120,18 @@ def check_x_dtype(op, x, allowed):
         raise OpError(op, f"x must be one of {[d.name for d in allowed]}, got {dtype.name}")
 
 
+def _ieee(kernel):
+    """Run ``kernel`` with NumPy's floating-point warnings off: NaN, Inf and overflow follow IEEE rules
+    exactly as in TF (a negative variance gives NaN, Inf - Inf gives NaN), which is intended, not an error."""
+    @functools.wraps(kernel)
+    def wrapper(*args, **kwargs):
+        with np.errstate(all="ignore"):
+            return kernel(*args, **kwargs)
+
+    return wrapper
+
+
+@_ieee
 def forward(op, formats, x, scale, offset, mean, variance, epsilon, exponential_avg_factor, data_format, is_training):
     """FusedBatchNorm{,V2,V3}: (y, batch_mean, batch_variance, reserve_space_1, reserve_space_2)."""
     x, scale, offset, mean, variance = (np.asarray(a) for a in (x, scale, offset, mean, variance))
@@ -175,6 +188,7 @@ def forward(op, formats, x, scale, offset, mean, variance, epsilon, exponential_
     return restore(y).astype(x.dtype), running_mean, running_var, batch_mean.copy(), batch_var.copy()
 
 
+@_ieee
 def backward(op, formats, y_backprop, x, scale, reserve_space_1, reserve_space_2, epsilon, data_format, is_training):
     """FusedBatchNormGrad{,V2,V3}: (x_backprop, scale_backprop, offset_backprop, empty, empty)."""
     dy, x, scale, saved_mean, saved_var = (np.asarray(a) for a in (y_backprop, x, scale, reserve_space_1, reserve_space_2))

@@ -146,6 +146,11 @@ def forward_cases(op):
     )
     for is_training in (True, False):
         cases.append(forward_case(b, op, F32, (0, 2, 2), 3, "NHWC", is_training, 1.0, f"empty batch, is_training={is_training}"))
+    cases.append(forward_case(b, op, F32, (2, 2, 2), 3, "NHWC", True, 0.0, "f == 0 keeps the running statistics"))
+    for is_training in (True, False):
+        case = forward_case(b, op, F32, (2, 2, 3), 4, "NHWC", is_training, 0.5, f"NaN/+Inf/-Inf in x, is_training={is_training}")
+        case["inputs"][0][0, 0, 0, :3] = [np.nan, np.inf, -np.inf]  # channel 3 stays finite
+        cases.append(case)
     if version == 3:
         cases.append(forward_case(b, op, F32, (2, 2, 3, 2), 8, "NDHWC", True, 1.0, "5-D NDHWC R=24 C=8"))
         cases.append(forward_case(b, op, F16, (2, 2, 3, 2), 5, "NCDHW", False, 1.0, "5-D NCDHW inference"))
@@ -195,6 +200,9 @@ def grad_cases(op):
         cases.append(grad_case(b, op, F32, (1, 1, 1), 3, "NHWC", is_training, f"R == 1, is_training={is_training}"))
         cases.append(grad_case(b, op, F32, (0, 2, 2), 3, "NHWC", is_training, f"empty batch, is_training={is_training}"))
         cases.append(grad_case(b, op, F32, (3, 3, 7), 17, "NHWC", is_training, f"R=63 C=17, is_training={is_training}"))
+        case = grad_case(b, op, F32, (2, 2, 3), 4, "NHWC", is_training, f"NaN/+Inf in dy and x, is_training={is_training}")
+        case["inputs"][0][0, 0, 0, 0], case["inputs"][1][0, 0, 0, 1:3] = np.nan, [np.inf, -np.inf]
+        cases.append(case)
     if version == 3:
         cases.append(grad_case(b, op, F32, (2, 3, 3), 4, "NHWC", True, "reserve_space_3 of any shape is ignored",
                                rs3=b.tensor((2, 5))))
