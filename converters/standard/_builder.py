@@ -103,8 +103,29 @@ class Lowering:
         )
 
     # ----- common patterns -----
-    def where(self, cond: str, a: str, b: str) -> str:
-        return self.op("Where", cond, a, b)
+    def where(self, cond: str, a: str, b: str, signed_zero_type=None) -> str:
+        """cond ? a : b. With ``signed_zero_type`` (the operands' NumPy float type) bit for bit.
+
+        ONNX Runtime's CPU Where (1.31) returns +0 where the selected value is -0 (it merges the
+        two selected halves by addition), and TF's results carry signed zeros that matter (e.g.
+        -g*0 in gradients, -0 range ends in QuantizeAndDequantize). So the sign is put back: the
+        selected value's reciprocal (-inf exactly for -0) is selected too, and a zero result whose
+        reciprocal is negative is made -0 again. (Where sometimes keeps -0, e.g. for broadcast
+        scalars, so every zero is first made +0; not with x + 0, which ORT's optimizer removes.)
+        Leave ``signed_zero_type`` out only when the
+        operands cannot hold -0 (booleans, constants without -0).
+        """
+        picked = self.op("Where", cond, a, b)
+        if signed_zero_type is None:
+            return picked
+        t = signed_zero_type
+        recip = self.op("Where", cond, self.op("Reciprocal", a), self.op("Reciprocal", b))
+        zero = self.const(0.0, t)
+        is_zero = self.op("Equal", picked, zero)
+        is_negative_zero = self.op("And", is_zero, self.op("Less", recip, zero))
+        sign = self.op("Where", is_negative_zero, self.const(-1.0, t), self.const(1.0, t))
+        normalized = self.op("Where", is_zero, zero, picked)
+        return self.op("Mul", normalized, sign)
 
     def cast(self, x: str, onnx_type: int) -> str:
         return self.op("Cast", x, to=onnx_type)

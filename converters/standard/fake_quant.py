@@ -146,7 +146,7 @@ def lower_vars(ctx, node):
     n = nudge(lw, mn, mx, qmin, qmax)
     out = fake_quant(lw, x, n, divide=True)
     # min == max == 0 skips the nudge and writes zeros.
-    lw.emit(0, lw.where(_both_zero(lw, mn, mx), lw.const(0.0, F32), out))
+    lw.emit(0, lw.where(_both_zero(lw, mn, mx), lw.const(0.0, F32), out, F32))
 
 
 def lower_vars_gradient(ctx, node):
@@ -166,9 +166,9 @@ def lower_vars_gradient(ctx, node):
     above = lw.op("Mul", g, lw.mask_as(lw.op("Greater", x, n.nudged_max), FLOAT))
     dmin = lw.reduce("ReduceSum", below, None, keepdims=False)
     dmax = lw.reduce("ReduceSum", above, None, keepdims=False)
-    lw.emit(0, lw.where(both_zero, g, dx))
-    lw.emit(1, lw.where(both_zero, zero, dmin))
-    lw.emit(2, lw.where(both_zero, zero, dmax))
+    lw.emit(0, lw.where(both_zero, g, dx, F32))
+    lw.emit(1, lw.where(both_zero, zero, dmin, F32))
+    lw.emit(2, lw.where(both_zero, zero, dmax, F32))
 
 
 def _check_per_channel(lw: Lowering, x_index: int, min_index: int):
@@ -197,7 +197,7 @@ def lower_vars_per_channel(ctx, node):
     # [d]-shaped parameters broadcast along the last axis of x, i.e. per column of TF's [N, d] view.
     n = nudge(lw, mn, mx, qmin, qmax)
     out = fake_quant(lw, x, n, divide=False)
-    lw.emit(0, lw.where(_both_zero(lw, mn, mx), lw.const(0.0, F32), out))
+    lw.emit(0, lw.where(_both_zero(lw, mn, mx), lw.const(0.0, F32), out, F32))
 
 
 def lower_vars_per_channel_gradient(ctx, node):
@@ -220,9 +220,9 @@ def lower_vars_per_channel_gradient(ctx, node):
 
     dmin = column_sums(lw.op("Less", x, n.nudged_min))
     dmax = column_sums(lw.op("Greater", x, n.nudged_max))
-    lw.emit(0, lw.where(both_zero, g, dx))
-    lw.emit(1, lw.where(both_zero, zero, dmin))
-    lw.emit(2, lw.where(both_zero, zero, dmax))
+    lw.emit(0, lw.where(both_zero, g, dx, F32))
+    lw.emit(1, lw.where(both_zero, zero, dmin, F32))
+    lw.emit(2, lw.where(both_zero, zero, dmax, F32))
 
 
 LOWERINGS = {
