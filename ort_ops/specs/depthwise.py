@@ -78,6 +78,11 @@ def output_size(op, n, k, stride, dilation, padding, explicit):
     return out, before, after
 
 
+def _shape_str(shape):
+    """A shape as TF prints it: [4,4,2] (unknown dims as ?)."""
+    return "[" + ",".join("?" if d is None else str(d) for d in shape) + "]"
+
+
 def _nhwc(shape, fmt):
     if shape is None:
         return None
@@ -93,9 +98,9 @@ def _forward_dims(op, attrs, inp, filt):
     stride, (dh, dw), explicit = check_attrs(op, attrs)
     fmt = attrs["data_format"]
     if inp is not None and len(inp) != 4:
-        raise OpError(op, f"input must be 4-dimensional{list(inp)}")
+        raise OpError(op, f"input must be 4-dimensional{_shape_str(inp)}")
     if filt is not None and len(filt) != 4:
-        raise OpError(op, f"filter must be 4-dimensional: {list(filt)}")
+        raise OpError(op, f"filter must be 4-dimensional: {_shape_str(filt)}")
     if inp is None:
         return None
     n, h, w, c = _nhwc(inp, fmt)
@@ -119,13 +124,26 @@ def _forward_shape(shapes, values, attrs):
 
 
 def _sizes_shape(op, label, index):
+    """Output shape of a backprop: the constant input_sizes/filter_sizes, checked as the kernel checks them."""
+    name = "input_sizes" if "Input" in op else "filter_sizes"
+    depthwise_label = "DepthwiseConv2DBackpropInput" if "Input" in op else "DepthwiseConv2DBackpropFilter"
+
     def fn(shapes, values, attrs):
         check_attrs(op, attrs)
         sizes = values[index]
         if sizes is None:
+            known = shapes[index]
+            if known is not None and (len(known) != 1 or known[0] not in (None, 4)):
+                raise OpError(op, f"{name} must be a vector of 4 dims, got shape {_shape_str(known)}")
             return [(None,) * 4]
         if sizes.ndim != 1:
-            raise OpError(op, f"{label}: {'input' if 'Input' in op else 'filter'}_sizes input must be 1-dim, not {sizes.ndim}")
+            raise OpError(op, f"{label}: {name} input must be 1-dim, not {sizes.ndim}")
+        for i, v in enumerate(sizes):
+            if v < 0:
+                raise OpError(op, f"Dimension {i} of {name} must be >= 0")
+        if sizes.size != 4:
+            what = "input" if "Input" in op else "filter"
+            raise OpError(op, f"{depthwise_label}: {what} must be 4-dimensional")
         return [tuple(int(v) for v in sizes)]
 
     return fn
@@ -156,6 +174,22 @@ PADDING_TAPS = (
     "Padding taps contribute exact zeros (a non-finite filter tap over padding does not produce NaN); TF's Eigen "
     "kernel multiplies padding in, oneDNN skips it as here."
 )
+EMPTY_FILTER = (
+    "An empty filter (kh or kw = 0) with a non-empty output gives zeros (the empty sum, as TF's Eigen kernel); "
+    "TF's oneDNN kernel rejects it."
+)
+DILATED_EMPTY = (
+    "With dilations and an output size of 0 the output is empty; TF's oneDNN kernel returns the input tensor "
+    "instead (observed in 2.21)."
+)
+NCHW_EXPLICIT = (
+    "NCHW backprops with EXPLICIT padding are computed; TF's oneDNN build falls back to the NHWC-only Eigen "
+    "kernel there and rejects them."
+)
+ORDER = (
+    "Sums follow TF's Eigen kernels' order of operations (float32/float64/float16/bfloat16 bit-exact with oneDNN "
+    "off); oneDNN sums in other orders, within 2*(n+1)*u*sum(|products|)."
+)
 
 SPECS = (
     _spec(
@@ -164,7 +198,7 @@ SPECS = (
         "output channel c*M + m.",
         (Param("input", "T", "[N,H,W,C] or [N,C,H,W]"), Param("filter", "T", "[kh,kw,C,M]")),
         _forward_shape,
-        (DILATIONS, NCHW, PADDING_TAPS),
+        (DILATIONS, NCHW, PADDING_TAPS, EMPTY_FILTER, DILATED_EMPTY, ORDER),
     ),
     _spec(
         "DepthwiseConv2dNativeBackpropInput",
@@ -175,7 +209,7 @@ SPECS = (
             Param("out_backprop", "T", "gradient with respect to the forward output"),
         ),
         _sizes_shape("DepthwiseConv2dNativeBackpropInput", "Conv2DBackpropInput", 0),
-        (DILATIONS, NCHW),
+        (DILATIONS, NCHW, NCHW_EXPLICIT, PADDING_TAPS, ORDER),
     ),
     _spec(
         "DepthwiseConv2dNativeBackpropFilter",
@@ -189,6 +223,9 @@ SPECS = (
         (
             DILATIONS,
             NCHW,
+            NCHW_EXPLICIT,
+            PADDING_TAPS,
+            ORDER,
             "An empty out_backprop gives a zero filter gradient; TF 2.21 returns uninitialized memory (PR #126484).",
         ),
     ),
