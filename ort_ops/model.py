@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 import numpy as np
-from onnx import ModelProto, helper, numpy_helper
+from onnx import AttributeProto, ModelProto, helper, numpy_helper
 
 from ort_ops.schemas import DOMAIN, ELEM_TYPES, OPSET_VERSION, output_elem_types
 from ort_ops.spec import onnx_type_of
@@ -34,7 +34,15 @@ def node_attributes(op_type: str, attrs: dict) -> dict:
 
 def make_node(op_type: str, inputs: Sequence[str], outputs: Sequence[str], name: Optional[str] = None, **attrs):
     """An ONNX node of the domain; ``attrs`` use TF names and Python values."""
-    return helper.make_node(op_type, list(inputs), list(outputs), name=name, domain=DOMAIN, **node_attributes(op_type, attrs))
+    values = node_attributes(op_type, attrs)
+    # onnx cannot infer the type of an empty list (e.g. explicit_paddings=[]): add those as typed INTS.
+    empty = [k for k, v in values.items() if isinstance(v, list) and not v]
+    node = helper.make_node(
+        op_type, list(inputs), list(outputs), name=name, domain=DOMAIN, **{k: v for k, v in values.items() if k not in empty}
+    )
+    for key in empty:
+        node.attribute.append(helper.make_attribute(key, [], attr_type=AttributeProto.INTS))
+    return node
 
 
 def finish_model(graph, opset: int = DEFAULT_ONNX_OPSET, producer: str = "ort_ops") -> ModelProto:
