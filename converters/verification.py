@@ -220,7 +220,7 @@ def _run_tf(cf, inputs: dict):
     """Call ``cf``; keyword-only signatures (SavedModel signatures) get the inputs by name."""
     import tensorflow as tf
 
-    args, kwargs = cf.structured_input_signature
+    args, kwargs = cf.structured_input_signature or ((), {})  # None for pruned (GraphDef) functions
     values = [tf.constant(v) for v in inputs.values()]
     if not args and kwargs:
         result = cf(**dict(zip(inputs.keys(), values)))
