@@ -14,6 +14,16 @@ from ort_ops.spec import OpError
 F32 = np.float32
 
 
+def flush(a):
+    """Flush subnormals to signed zero. TF runs its kernels with the CPU's flush-to-zero and
+    denormals-are-zero modes on, so subnormal operands act as zeros and subnormal results become zeros."""
+    a = np.asarray(a)
+    tiny = np.finfo(a.dtype).tiny
+    with np.errstate(invalid="ignore"):
+        sub = (np.abs(a) < tiny) & (a != 0)
+    return np.where(sub, np.copysign(np.zeros((), a.dtype), a), a).astype(a.dtype) if sub.any() else a
+
+
 def check_num_bits(op: str, num_bits: int) -> None:
     if not 2 <= num_bits <= 16:
         raise OpError(op, "num_bits must be between 2 and 16, inclusive")
@@ -51,14 +61,15 @@ def nudge(min_val, max_val, quant_min: int, quant_max: int):
     The zero point is chosen on the integer grid; ``inv_scale`` is computed by its own division,
     not as ``1 / scale``, exactly as TF does.
     """
-    mn = np.asarray(min_val, dtype=F32)
-    mx = np.asarray(max_val, dtype=F32)
+    mn = flush(np.asarray(min_val, dtype=F32))
+    mx = flush(np.asarray(max_val, dtype=F32))
     qmin, qmax = F32(quant_min), F32(quant_max)
     with np.errstate(all="ignore"):
         span = F32(qmax - qmin)
-        scale = ((mx - mn) / span).astype(F32)
-        inv_scale = (span / (mx - mn)).astype(F32)
-        zp_from_min = (qmin - (mn / scale)).astype(F32)
+        diff = flush((mx - mn).astype(F32))
+        scale = flush((diff / span).astype(F32))
+        inv_scale = flush((span / diff).astype(F32))
+        zp_from_min = flush((qmin - flush((mn / scale).astype(F32))).astype(F32))
         # std::round (half away from zero) of a value already known to lie in [qmin, qmax] >= 0:
         # floor(z + 0.5) in float64 is exact there (float32 would round z + 0.5 up for z = 0.49999997).
         rounded = np.floor(zp_from_min.astype(np.float64) + 0.5)
@@ -66,8 +77,8 @@ def nudge(min_val, max_val, quant_min: int, quant_max: int):
         # TF stores the zero point as uint16; a NaN zero point converts to 0 on x86 (cvttss2si gives
         # 0x80000000, whose low 16 bits are 0). The results are NaN in that case anyway.
         zp = np.where(np.isnan(zp), 0.0, zp).astype(F32)
-        nudged_min = ((qmin - zp) * scale).astype(F32)
-        nudged_max = ((qmax - zp) * scale).astype(F32)
+        nudged_min = flush(((qmin - zp) * scale).astype(F32))
+        nudged_max = flush(((qmax - zp) * scale).astype(F32))
     return nudged_min, nudged_max, scale, inv_scale
 
 
@@ -77,18 +88,19 @@ def fake_quant(x, nudged_min, nudged_max, scale, inv_scale, divide: bool):
     ``divide``: Vars divides the shifted value by ``scale``; Args and PerChannel multiply by
     ``inv_scale`` (the two can differ by one ulp, so this is not interchangeable).
     """
-    x = np.asarray(x, dtype=F32)
+    x = flush(np.asarray(x, dtype=F32))
     with np.errstate(all="ignore"):
-        quant_zero = np.floor(((-nudged_min) * inv_scale).astype(F32) + F32(0.5)).astype(F32)
+        quant_zero = np.floor(flush(((-nudged_min) * inv_scale).astype(F32)) + F32(0.5)).astype(F32)
         clamped = eigen_max(eigen_min(x, nudged_max), nudged_min)
-        shifted = (clamped - nudged_min).astype(F32)
-        scaled = (shifted / scale if divide else shifted * inv_scale).astype(F32)
-        q = np.floor(((scaled - quant_zero).astype(F32) + F32(0.5)).astype(F32))
-        return (q * scale).astype(F32)
+        shifted = flush((clamped - nudged_min).astype(F32))
+        scaled = flush((shifted / scale if divide else shifted * inv_scale).astype(F32))
+        q = np.floor(flush(((scaled - quant_zero).astype(F32) + F32(0.5)).astype(F32)))
+        return flush((q * scale).astype(F32))
 
 
 def inside_mask(x, nudged_min, nudged_max):
     """1.0 where nudged_min <= x <= nudged_max (inclusive, NaN excluded), else 0.0, as float32."""
+    x = flush(np.asarray(x, dtype=F32))
     return ((x >= nudged_min) & (x <= nudged_max)).astype(F32)
 
 
@@ -96,7 +108,7 @@ def masked(g, mask):
     """``g * mask`` in float32, as TF computes it: outside the mask the result is g*0 (so -0 for a
     negative g and NaN for an infinite or NaN g), not a plain 0."""
     with np.errstate(all="ignore"):
-        return (np.asarray(g, dtype=F32) * mask).astype(F32)
+        return flush((flush(np.asarray(g, dtype=F32)) * mask).astype(F32))
 
 
 def sequential_sum(v, axis=0):
@@ -105,12 +117,15 @@ def sequential_sum(v, axis=0):
     ``np.cumsum`` accumulates in order; adding +0 at the end turns the all-(-0) sum into +0 as
     an accumulator starting at +0 would.
     """
-    v = np.asarray(v, dtype=F32)
+    v = flush(np.asarray(v, dtype=F32))
     if v.shape[axis] == 0:
         return np.zeros(np.delete(v.shape, axis), dtype=F32)
     with np.errstate(all="ignore"):
+        # cumsum does not flush partial sums; in a float32 sum a subnormal partial sum can only come
+        # from cancellation of tiny terms, which flushed terms (all zero or >= FLT_MIN) cannot produce
+        # except exactly, so flushing the total suffices.
         total = np.take(np.cumsum(v, axis=axis, dtype=F32), -1, axis=axis)
-        return (total + F32(0)).astype(F32)
+        return flush((total + F32(0)).astype(F32))
 
 
 _PACKET = 8  # AVX float32 packet width of TF's official x86 wheels
@@ -218,5 +233,5 @@ def vars_params(mn, mx, num_bits: int, narrow_range: bool):
     """Nudged parameters for (arrays of) tensor ranges, plus the mask of TF's ``min == max == 0`` branch."""
     quant_min, quant_max = quant_bounds(num_bits, narrow_range)
     nudged_min, nudged_max, scale, inv_scale = nudge(mn, mx, quant_min, quant_max)
-    zero_range = (mn == 0) & (mx == 0)
+    zero_range = (flush(mn) == 0) & (flush(mx) == 0)  # compared with denormals-are-zero on
     return nudged_min, nudged_max, scale, inv_scale, zero_range

@@ -20,8 +20,8 @@ def run(gradients, inputs, min, max, *, num_bits, narrow_range):  # noqa: A002 -
     g2 = g.reshape(rows, depth)
     x2 = x.reshape(rows, depth)
     dx = fq.masked(g2, fq.inside_mask(x2, nudged_min, nudged_max))
-    dmin = fq.column_sums(fq.masked(g2, (x2 < nudged_min).astype(np.float32)))
-    dmax = fq.column_sums(fq.masked(g2, (x2 > nudged_max).astype(np.float32)))
+    dmin = fq.column_sums(fq.masked(g2, (fq.flush(x2) < nudged_min).astype(np.float32)))
+    dmax = fq.column_sums(fq.masked(g2, (fq.flush(x2) > nudged_max).astype(np.float32)))
     # Channels with min == max == 0 pass the whole gradient and send nothing to min/max.
     dx = np.where(zero_range, g2, dx).astype(np.float32)
     dmin = np.where(zero_range, np.float32(0), dmin).astype(np.float32)
