@@ -159,7 +159,7 @@ def ort_runner(case: Case, threads: int):
     import ort_ops
 
     model = ort_ops.make_single_op_model(case.op, case.inputs, case.attrs, constant_inputs=case.constant_inputs)
-    so = ort_ops.session_options(intra_op_num_threads=threads, inter_op_num_threads=1)
+    so = ort_ops.session_options(intra_op_num_threads=threads, inter_op_num_threads=1, log_severity_level=3)
     sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
     spec = ort_ops.get_spec(case.op)
     feed = {p.name: a for i, (p, a) in enumerate(zip(spec.inputs, case.inputs)) if i not in case.constant_inputs}
@@ -211,10 +211,16 @@ class MemoryFloor:
         list(self.pool.map(self._do, self.tasks))
 
 
-def check(expected, actual) -> str:
+def check(case: Case, expected, actual) -> str:
+    import ort_ops
+
     if len(expected) != len(actual):
         return f"DIFF ({len(actual)} vs {len(expected)} outputs)"
-    for e, a in zip(expected, actual):
+    names = [p.name for p in ort_ops.get_spec(case.op).outputs]
+    for name, e, a in zip(names, expected, actual):
+        if name.startswith("reserve_space"):
+            continue  # scratch outputs; their inference-mode values are a documented deviation from TF
+
         e, a = np.asarray(e, np.float64), np.asarray(a, np.float64)
         if e.size == 0 and a.size == 0:
             continue
@@ -292,7 +298,7 @@ def main(argv=None) -> int:
             tf_ms = median_ms(tf_run, args.repeat)
             try:
                 ort_run, ort_result = ort_runner(case, args.threads)
-                status = check(expected, ort_result())
+                status = check(case, expected, ort_result())
                 ort_ms = median_ms(ort_run, args.repeat)
             except Exception as e:  # a missing library or kernel shows in the table
                 status, ort_ms = f"ERROR {type(e).__name__}: {str(e).splitlines()[0][:60]}", float("nan")
