@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ort_ops.reference._fake_quant import eigen_max, eigen_min
+from ort_ops.reference._fake_quant import eigen_max, eigen_min, flush
 from ort_ops.spec import OpError
 
 HALF_TO_EVEN = "HALF_TO_EVEN"
@@ -66,13 +66,15 @@ def compute_range(min_range, max_range, signed_input: bool, num_bits: int, narro
     min_q, max_q = t(q_lo), t(q_hi)  # int64 -> T conversion rounds to nearest, as in C++
     big = np.finfo(t).max
     with np.errstate(all="ignore"):
-        scale_min_side = np.where((min_q * min_range) > 0, (min_q / min_range).astype(t), big).astype(t)
-        scale_max_side = np.where((max_q * max_range) > 0, (max_q / max_range).astype(t), big).astype(t)
+        # TF computes with flush-to-zero / denormals-are-zero on.
+        min_range, max_range = flush(min_range), flush(max_range)
+        scale_min_side = np.where(flush((min_q * min_range).astype(t)) > 0, flush((min_q / min_range).astype(t)), big).astype(t)
+        scale_max_side = np.where(flush((max_q * max_range).astype(t)) > 0, flush((max_q / max_range).astype(t)), big).astype(t)
         from_min = scale_min_side < scale_max_side
         scale = np.where(from_min, scale_min_side, scale_max_side).astype(t)
-        inverse = np.where(from_min, (min_range / min_q).astype(t), (max_range / max_q).astype(t)).astype(t)
-        new_max = np.where(from_min, (max_q * inverse).astype(t), max_range).astype(t)
-        new_min = np.where(from_min, min_range, (min_q * inverse).astype(t)).astype(t)
+        inverse = flush(np.where(from_min, (min_range / min_q).astype(t), (max_range / max_q).astype(t)).astype(t))
+        new_max = np.where(from_min, flush((max_q * inverse).astype(t)), max_range).astype(t)
+        new_min = np.where(from_min, min_range, flush((min_q * inverse).astype(t))).astype(t)
     return new_min, new_max, scale, inverse
 
 
@@ -88,10 +90,11 @@ def quantize_dequantize(x, min_range, max_range, scale, inverse, range_given: bo
     """The output: with a given range the input is clamped to the adjusted range first."""
     t = x.dtype.type
     with np.errstate(all="ignore"):
+        x = flush(x)
         if range_given:
             x = eigen_max(eigen_min(x, max_range), min_range).astype(t)
-        scaled = (x * scale).astype(t)
-        return (round_values(scaled, round_mode) * inverse).astype(t)
+        scaled = flush((x * scale).astype(t))
+        return flush((round_values(scaled, round_mode) * inverse).astype(t))
 
 
 _PACKET = {np.dtype(np.float32): 8, np.dtype(np.float64): 4}  # AVX packet widths
@@ -166,7 +169,7 @@ def data_range(x3):
     lo = np.empty(depth, dtype=t)
     hi = np.empty(depth, dtype=t)
     for c in range(depth):
-        values = np.ascontiguousarray(x3[:, c, :]).reshape(-1)
+        values = flush(np.ascontiguousarray(x3[:, c, :]).reshape(-1))
         lo[c], hi[c] = _extremes(values)
     return lo, hi
 
