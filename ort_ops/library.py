@@ -6,6 +6,7 @@ from pathlib import Path
 
 LIBRARY_NAME = "libort_tf_ops.so"
 ENV_OVERRIDE = "ORT_OPS_LIBRARY"
+DISTRIBUTION = "ort-tf-ops"  # the name in pyproject.toml
 
 
 def library_path() -> str:
@@ -18,9 +19,24 @@ def library_path() -> str:
     here = Path(__file__).resolve().parent / LIBRARY_NAME
     if here.is_file():
         return str(here)
+    installed = _installed_copy()
+    if installed is not None:
+        return installed
     raise FileNotFoundError(
         f"{LIBRARY_NAME} is not in {here.parent}: install the package with `pip install .` so that cpp_ops is built"
     )
+
+
+def _installed_copy():
+    """The library of the installed distribution, for code run from a source checkout (whose
+    ``ort_ops`` directory shadows the installed one but holds no compiled library)."""
+    from importlib import metadata
+
+    try:
+        path = Path(metadata.distribution(DISTRIBUTION).locate_file(f"ort_ops/{LIBRARY_NAME}"))
+    except metadata.PackageNotFoundError:
+        return None
+    return str(path) if path.is_file() else None
 
 
 def session_options(**kwargs):
