@@ -70,7 +70,7 @@ def _ort_feed(x):
     import onnxruntime as ort
     from onnx import TensorProto
 
-    x = np.ascontiguousarray(x)
+    x = np.require(x, requirements="C")  # (np.ascontiguousarray would turn a scalar into shape [1])
     if x.dtype.name == "bfloat16":
         return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(x.view(np.uint16), TensorProto.BFLOAT16)
     return ort.OrtValue.ortvalue_from_numpy(x)

@@ -122,18 +122,6 @@ std::string OutputSize(i64 n, i64 k, i64 stride, i64 dilation, const std::string
   return "";
 }
 
-// Dims of tensors that exist are bounded by memory; sizes read from input_sizes/filter_sizes
-// are int32. Either way a product of 4 dims < 2^124 could still overflow int64, so check.
-bool ProductFits(const std::vector<i64>& dims) {
-  i64 total = 1;
-  for (i64 d : dims) {
-    if (d < 0) return false;
-    if (d != 0 && total > std::numeric_limits<i64>::max() / 8 / d) return false;  // keep byte counts in range
-    total *= d;
-  }
-  return true;
-}
-
 // Fills g's spatial and channel fields from NHWC input dims and the filter shape.
 std::string FinishGeometry(const Attrs& a, const Window& w, i64 n, i64 h, i64 wd, i64 c, i64 kh, i64 kw, i64 m,
                            Geometry* g) {
@@ -153,9 +141,8 @@ std::string FinishGeometry(const Attrs& a, const Window& w, i64 n, i64 h, i64 wd
   if (!err.empty()) return err;
   err = OutputSize(wd, kw, w.stride, w.dil_w, a.padding, w.pad_w, &g->out_cols, &g->pad_left);
   if (!err.empty()) return err;
-  if (!ProductFits({n, g->out_rows, g->out_cols, g->out_depth}) || !ProductFits({n, h, wd, c}) ||
-      !ProductFits({kh, kw, c, m}))
-    return "tensor sizes overflow";
+  // Sizes built from input_sizes/filter_sizes are not bounded by any tensor here: callers check the
+  // tensor they allocate with CheckOutputBytes (which cannot overflow) before running a kernel.
   return "";
 }
 
@@ -173,7 +160,6 @@ std::string ReadSizes(const char* label, const char* what, const std::vector<i64
     if (sizes[i] < 0) return "Dimension " + std::to_string(i) + " of " + what + " must be >= 0";
     dims->push_back(sizes[i]);
   }
-  if (!ProductFits(*dims)) return std::string("Encountered overflow when multiplying shape dimensions of ") + what;
   return "";
 }
 

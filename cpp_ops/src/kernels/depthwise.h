@@ -49,7 +49,9 @@ struct Geometry {
 // Checks strides/padding/dilations/data_format (messages as TF's). Empty string when valid.
 std::string CheckAttrs(const Attrs& attrs);
 
-// The NumPy kernels' allocation limit: an error for outputs of more than 2^36 bytes.
+// The NumPy kernels' allocation limit: an error for outputs of more than 2^36 bytes. The
+// backprops' output shapes come from input_sizes/filter_sizes values: call this on the shape to be
+// allocated before running a kernel (it is what keeps every size product far from overflow).
 std::string CheckOutputBytes(const std::vector<std::int64_t>& shape, std::size_t item_size);
 
 // Forward: input [N,H,W,C] (or NCHW), filter [kh,kw,C,M].
