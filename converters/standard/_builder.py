@@ -127,6 +127,13 @@ class Lowering:
         normalized = self.op("Where", is_zero, zero, picked)
         return self.op("Mul", normalized, sign)
 
+    def flush(self, v: str, np_type, keep_sign: bool = True) -> str:
+        """Subnormal -> zero of the same sign. TF runs its CPU kernels with flush-to-zero and
+        denormals-are-zero on, so subnormal operands act as zeros and subnormal results become zeros;
+        ONNX Runtime computes with subnormals. ``keep_sign=False`` where the zero's sign cannot matter."""
+        tiny = self.op("Less", self.op("Abs", v), self.const(np.finfo(np_type).tiny, np_type))
+        return self.where(tiny, self.op("Mul", v, self.const(0.0, np_type)), v, np_type if keep_sign else None)
+
     def cast(self, x: str, onnx_type: int) -> str:
         return self.op("Cast", x, to=onnx_type)
 

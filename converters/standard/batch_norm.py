@@ -1,1 +1,172 @@
-LOWERINGS = {}
+"""FusedBatchNorm{,V2,V3} and FusedBatchNormGrad{,V2,V3} as reductions and element-wise ONNX ops.
+
+Not bit-exact (TF's column sums and its RSQRTPS-based rsqrt have their own rounding), but the same
+formulas in float32: x of half/bfloat16 is cast to float, computed there and cast back as TF does.
+Channels are the last axis (NHWC/NDHWC) or axis 1 (NCHW/NCDHW); per-channel vectors are reshaped to
+broadcast along that axis.
+"""
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto
+
+from converters.standard._builder import Lowering
+
+F32 = np.float32
+FLOAT = TensorProto.FLOAT
+X_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16}
+
+
+class _Layout:
+    def __init__(self, lw: Lowering, x_index: int, versions_5d: bool):
+        fmt = lw.attr("data_format", "NHWC")
+        if fmt not in ("NHWC", "NCHW", "NDHWC", "NCDHW"):
+            lw.fail("Invalid data format")
+        if fmt in ("NDHWC", "NCDHW") and not versions_5d:
+            lw.fail(f"data_format {fmt} needs the V3 op")
+        rank = lw.rank(x_index)
+        if rank is None:
+            lw.fail("the rank of x must be known at conversion time")
+        if rank not in (4, 5):
+            lw.fail(f"input must be 4 or 5-dimensional{lw.shape(x_index)}")
+        self.rank = rank
+        self.channel_axis = 1 if fmt.startswith("NC") else rank - 1
+        self.reduce_axes = [a for a in range(rank) if a != self.channel_axis]
+
+    def per_channel(self, lw: Lowering, v: str) -> str:
+        """A [C] vector shaped to broadcast along the channel axis."""
+        if self.channel_axis == self.rank - 1:
+            return v
+        return lw.op("Reshape", v, lw.const([-1] + [1] * (self.rank - 2), np.int64))
+
+
+def _x_type(lw: Lowering, indices):
+    t = lw.dtype(indices[0])
+    if t not in X_TYPES:
+        lw.fail("x must be float32, float16 or bfloat16")
+    for i in indices[1:]:
+        if lw.dtype(i) != t:
+            lw.fail("x and y_backprop must have the same type")
+    return t
+
+
+def _check_float_params(lw: Lowering, indices):
+    for i in indices:
+        if lw.dtype(i) != FLOAT:
+            lw.fail("scale, offset, mean and variance must be float32 (TF has no CPU kernel for other types)")
+
+
+def _to_float(lw: Lowering, x: str, t: int) -> str:
+    return x if t == FLOAT else lw.cast(x, FLOAT)
+
+
+def _from_float(lw: Lowering, y: str, t: int) -> str:
+    return y if t == FLOAT else lw.cast(y, t)
+
+
+def _rsqrt(lw: Lowering, v: str) -> str:
+    """1/sqrt(v): correctly rounded sqrt then division (TF's scalar path)."""
+    return lw.op("Div", lw.const(1.0, F32), lw.op("Sqrt", v))
+
+
+def _rows(lw: Lowering, x: str, layout: _Layout) -> str:
+    """R = elements per channel, as float32 (computed from the runtime shape)."""
+    shape = lw.op("Shape", x)
+    dims = lw.op("Gather", shape, lw.const(layout.reduce_axes, np.int64), axis=0)
+    return lw.cast(lw.reduce("ReduceProd", dims, None, keepdims=False), FLOAT)
+
+
+def _lower_forward(ctx, node, version: int):
+    lw = Lowering(ctx, node)
+    t = _x_type(lw, [0])
+    _check_float_params(lw, [1, 2, 3, 4])
+    layout = _Layout(lw, 0, version == 3)
+    epsilon = F32(lw.attr("epsilon", 1e-4))
+    factor = F32(lw.attr("exponential_avg_factor", 1.0))
+    training = bool(lw.attr("is_training", True))
+    lw.take_over()
+    x_in, scale, offset, mean_in, var_in = lw.inputs
+    x = _to_float(lw, x_in, t)
+    eps = lw.const(epsilon, F32)
+    axes = layout.reduce_axes
+    if training:
+        rows = _rows(lw, x, layout)
+        inv_rows = lw.op("Div", lw.const(1.0, F32), rows)  # TF multiplies by f32(1/R)
+        mean = lw.op("Mul", lw.reduce("ReduceSum", x, axes, keepdims=False), inv_rows)
+        centered = lw.op("Sub", x, layout.per_channel(lw, mean))
+        var = lw.op("Mul", lw.reduce("ReduceSum", lw.op("Mul", centered, centered), axes, keepdims=False), inv_rows)
+        k = lw.op("Mul", _rsqrt(lw, lw.op("Add", var, eps)), scale)
+        y = lw.op("Add", lw.op("Mul", centered, layout.per_channel(lw, k)), layout.per_channel(lw, offset))
+        # Bessel factor R / max(R-1, 1) for the running variance.
+        bessel = lw.op("Div", rows, lw.op("Max", lw.op("Sub", rows, lw.const(1.0, F32)), lw.const(1.0, F32)))
+        if factor == F32(1.0):
+            out_mean, out_var = mean, lw.op("Mul", var, bessel)
+        else:
+            keep = lw.const(F32(1.0) - factor, F32)
+            out_mean = lw.op("Add", lw.op("Mul", keep, mean_in), lw.op("Mul", lw.const(factor, F32), mean))
+            out_var = lw.op("Add", lw.op("Mul", keep, var_in), lw.op("Mul", lw.op("Mul", lw.const(factor, F32), bessel), var))
+        saved_mean, saved_var = mean, var
+    else:
+        k = lw.op("Mul", _rsqrt(lw, lw.op("Add", var_in, eps)), scale)
+        centered = lw.op("Sub", x, layout.per_channel(lw, mean_in))
+        y = lw.op("Add", lw.op("Mul", centered, layout.per_channel(lw, k)), layout.per_channel(lw, offset))
+        out_mean, out_var = mean_in, var_in
+        saved_mean, saved_var = mean_in, var_in  # as oneDNN does; the Eigen kernel leaves them unwritten
+    lw.emit(0, _from_float(lw, y, t))
+    lw.emit(1, out_mean)
+    lw.emit(2, out_var)
+    lw.emit(3, saved_mean)
+    lw.emit(4, saved_var)
+    if version == 3:
+        lw.emit(5, lw.const(0.0, F32))  # scalar placeholder, as TF's CPU kernel
+
+
+def _lower_grad(ctx, node, version: int):
+    lw = Lowering(ctx, node)
+    t = _x_type(lw, [0, 1])
+    _check_float_params(lw, [2, 3, 4])
+    layout = _Layout(lw, 1, version == 3)
+    dy_shape, x_shape = lw.shape(0), lw.shape(1)
+    if dy_shape is not None and x_shape is not None and (
+        len(dy_shape) != len(x_shape) or any(a != b and a >= 0 and b >= 0 for a, b in zip(dy_shape, x_shape))
+    ):
+        lw.fail(f"x and y_backprop must have same shape, but x has shape {x_shape} and y_backprop has shape {dy_shape}")
+    epsilon = F32(lw.attr("epsilon", 1e-4))
+    training = bool(lw.attr("is_training", True))
+    lw.take_over()
+    dy_in, x_in, scale, saved_mean, saved_var = lw.inputs[:5]
+    dy, x = _to_float(lw, dy_in, t), _to_float(lw, x_in, t)
+    axes = layout.reduce_axes
+    pc = lambda v: layout.per_channel(lw, v)  # noqa: E731
+    eps = lw.const(epsilon, F32)
+    c0 = _rsqrt(lw, lw.op("Add", saved_var, eps))
+    centered = lw.op("Sub", x, pc(saved_mean))
+    d_offset = lw.reduce("ReduceSum", dy, axes, keepdims=False)
+    if training:
+        rows = _rows(lw, x, layout)
+        d_scale = lw.reduce("ReduceSum", lw.op("Mul", dy, lw.op("Mul", centered, pc(c0))), axes, keepdims=False)
+        dy_mean = lw.op("Mul", d_offset, lw.op("Div", lw.const(1.0, F32), rows))
+        m = lw.op("Div", lw.reduce("ReduceSum", lw.op("Mul", dy, centered), axes, keepdims=False), rows)
+        coef1 = lw.op("Mul", scale, c0)
+        coef2 = lw.op("Mul", lw.op("Mul", c0, c0), m)
+        dx = lw.op("Mul", pc(coef1), lw.op("Sub", lw.op("Sub", dy, pc(dy_mean)), lw.op("Mul", centered, pc(coef2))))
+    else:
+        s2 = lw.reduce("ReduceSum", lw.op("Mul", dy, centered), axes, keepdims=False)
+        dx = lw.op("Mul", dy, pc(lw.op("Mul", c0, scale)))
+        d_scale = lw.op("Mul", s2, c0)
+    lw.emit(0, _from_float(lw, dx, t))
+    lw.emit(1, d_scale)
+    lw.emit(2, d_offset)
+    empty = lw.const(np.zeros([0], F32), F32)  # placeholders of shape [0], as TF's CPU kernel
+    lw.emit(3, empty)
+    lw.emit(4, empty)
+
+
+LOWERINGS = {
+    "FusedBatchNorm": lambda ctx, node: _lower_forward(ctx, node, 1),
+    "FusedBatchNormV2": lambda ctx, node: _lower_forward(ctx, node, 2),
+    "FusedBatchNormV3": lambda ctx, node: _lower_forward(ctx, node, 3),
+    "FusedBatchNormGrad": lambda ctx, node: _lower_grad(ctx, node, 1),
+    "FusedBatchNormGradV2": lambda ctx, node: _lower_grad(ctx, node, 2),
+    "FusedBatchNormGradV3": lambda ctx, node: _lower_grad(ctx, node, 3),
+}

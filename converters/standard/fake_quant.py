@@ -50,21 +50,24 @@ def _round_half_away_nonnegative(lw: Lowering, v: str) -> str:
 
 
 def nudge(lw: Lowering, mn: str, mx: str, quant_min: int, quant_max: int) -> Nudged:
-    """TF's Nudge(): min/max are float32 tensors (scalars or [d]); every op is one float32 op."""
+    """TF's Nudge(): min/max are float32 tensors (scalars or [d]); every op is one float32 op, and
+    every result is flushed like TF's (flush-to-zero) kernels do (cheap: these are scalars/vectors)."""
+    f = lambda v: lw.flush(v, F32)  # noqa: E731
+    mn, mx = f(mn), f(mx)
     qmin, qmax = lw.const(float(quant_min), F32), lw.const(float(quant_max), F32)
     steps = lw.const(F32(quant_max) - F32(quant_min), F32)
-    span = lw.op("Sub", mx, mn)
-    scale = lw.op("Div", span, steps)
-    inv_scale = lw.op("Div", steps, span)  # separately, not 1/scale
-    zp_from_min = lw.op("Sub", qmin, lw.op("Div", mn, scale))
+    span = f(lw.op("Sub", mx, mn))
+    scale = f(lw.op("Div", span, steps))
+    inv_scale = f(lw.op("Div", steps, span))  # separately, not 1/scale
+    zp_from_min = f(lw.op("Sub", qmin, f(lw.op("Div", mn, scale))))
     # In the unclamped branch zp_from_min lies in [quant_min, quant_max], so it is >= 0.
     rounded = _round_half_away_nonnegative(lw, zp_from_min)
     zero_point = lw.where(
         lw.op("Less", zp_from_min, qmin), qmin, lw.where(lw.op("Greater", zp_from_min, qmax), qmax, rounded)
     )
-    nudged_min = lw.op("Mul", lw.op("Sub", qmin, zero_point), scale)
-    nudged_max = lw.op("Mul", lw.op("Sub", qmax, zero_point), scale)
-    quant_zero = lw.op("Floor", lw.op("Add", lw.op("Mul", lw.op("Neg", nudged_min), inv_scale), lw.const(0.5, F32)))
+    nudged_min = f(lw.op("Mul", lw.op("Sub", qmin, zero_point), scale))
+    nudged_max = f(lw.op("Mul", lw.op("Sub", qmax, zero_point), scale))
+    quant_zero = lw.op("Floor", lw.op("Add", f(lw.op("Mul", lw.op("Neg", nudged_min), inv_scale)), lw.const(0.5, F32)))
     return Nudged(scale, inv_scale, nudged_min, nudged_max, quant_zero)
 
 
@@ -76,11 +79,12 @@ def _clamp(lw: Lowering, x: str, lo: str, hi: str) -> str:
 
 def fake_quant(lw: Lowering, x: str, n: Nudged, divide: bool) -> str:
     """The forward formula; ``divide``: Vars divides by scale, Args/PerChannel multiply by inv_scale."""
-    clamped = _clamp(lw, x, n.nudged_min, n.nudged_max)
+    # A flushed -0 and +0 give the same result below, so x's flush need not keep the sign.
+    clamped = _clamp(lw, lw.flush(x, F32, keep_sign=False), n.nudged_min, n.nudged_max)
     shifted = lw.op("Sub", clamped, n.nudged_min)
     scaled = lw.op("Div", shifted, n.scale) if divide else lw.op("Mul", shifted, n.inv_scale)
     q = lw.op("Floor", lw.op("Add", lw.op("Sub", scaled, n.quant_zero), lw.const(0.5, F32)))
-    return lw.op("Mul", q, n.scale)
+    return lw.flush(lw.op("Mul", q, n.scale), F32)
 
 
 def _in_range_backprop(lw: Lowering, g: str, x: str, n: Nudged) -> str:
@@ -89,8 +93,15 @@ def _in_range_backprop(lw: Lowering, g: str, x: str, n: Nudged) -> str:
     return lw.op("Mul", g, lw.mask_as(inside, FLOAT))
 
 
+def _flushed_grad_inputs(lw: Lowering, g: str, x: str):
+    """Denormals-are-zero on the kernel's inputs: g keeps its zero's sign (it reaches the output)."""
+    return lw.flush(g, F32), lw.flush(x, F32, keep_sign=False)
+
+
 def _both_zero(lw: Lowering, mn: str, mx: str) -> str:
+    """min == max == 0, where subnormals count as zero (denormals-are-zero)."""
     zero = lw.const(0.0, F32)
+    mn, mx = lw.flush(mn, F32, keep_sign=False), lw.flush(mx, F32, keep_sign=False)
     return lw.op("And", lw.op("Equal", mn, zero), lw.op("Equal", mx, zero))
 
 
@@ -132,7 +143,7 @@ def lower_args_gradient(ctx, node):
     mn, mx = _args_range(lw)
     lw.take_over()
     n = nudge(lw, lw.const(mn, F32), lw.const(mx, F32), qmin, qmax)
-    lw.emit(0, _in_range_backprop(lw, lw.inputs[0], lw.inputs[1], n))
+    lw.emit(0, _in_range_backprop(lw, *_flushed_grad_inputs(lw, lw.inputs[0], lw.inputs[1]), n))
 
 
 def lower_vars(ctx, node):
@@ -158,6 +169,7 @@ def lower_vars_gradient(ctx, node):
     _check_rank(lw, 3, "max", 0)
     lw.take_over()
     g, x, mn, mx = lw.inputs
+    g, x = _flushed_grad_inputs(lw, g, x)
     n = nudge(lw, mn, mx, qmin, qmax)
     both_zero = _both_zero(lw, mn, mx)
     zero = lw.const(0.0, F32)
@@ -208,6 +220,7 @@ def lower_vars_per_channel_gradient(ctx, node):
     _check_per_channel(lw, 1, 2)
     lw.take_over()
     g, x, mn, mx = lw.inputs
+    g, x = _flushed_grad_inputs(lw, g, x)
     n = nudge(lw, mn, mx, qmin, qmax)
     both_zero = _both_zero(lw, mn, mx)
     zero = lw.const(0.0, F32)

@@ -75,18 +75,22 @@ def _check_constant_range(lw: Lowering, axis: int):
 
 def quantize_dequantize(lw, x, mn, mx, min_q, max_q, np_type, range_given: bool, half_up: bool) -> str:
     """The quantize-dequantize formula for a (min, max) pair of tensor names (scalars or broadcastable)."""
+    # TF's kernels run with flush-to-zero/denormals-are-zero: flush the inputs and the range values
+    # (the per-element products can only turn subnormal where these already are).
+    f = lambda v: lw.flush(v, np_type)  # noqa: E731
+    x, mn, mx = f(x), f(mn), f(mx)
     t_max = lw.const(np.finfo(np_type).max, np_type)
     zero = lw.const(0, np_type)
     qmin, qmax = lw.const(min_q, np_type), lw.const(max_q, np_type)  # int64 -> T, rounded like TF's cast
     s_min = lw.where(lw.op("Greater", lw.op("Mul", qmin, mn), zero), lw.op("Div", qmin, mn), t_max)
     s_max = lw.where(lw.op("Greater", lw.op("Mul", qmax, mx), zero), lw.op("Div", qmax, mx), t_max)
     from_min = lw.op("Less", s_min, s_max)  # ties and the both-T_MAX case take the max side
-    scale = lw.where(from_min, s_min, s_max)
-    inv = lw.where(from_min, lw.op("Div", mn, qmin), lw.op("Div", mx, qmax), np_type)
+    scale = f(lw.where(from_min, s_min, s_max))
+    inv = f(lw.where(from_min, f(lw.op("Div", mn, qmin)), f(lw.op("Div", mx, qmax)), np_type))
     v = x
     if range_given:
-        hi = lw.where(from_min, lw.op("Mul", qmax, inv), mx, np_type)
-        lo = lw.where(from_min, mn, lw.op("Mul", qmin, inv), np_type)
+        hi = lw.where(from_min, f(lw.op("Mul", qmax, inv)), mx, np_type)
+        lo = lw.where(from_min, mn, f(lw.op("Mul", qmin, inv)), np_type)
         # Eigen's cwiseMin(hi).cwiseMax(lo): a NaN x or a NaN bound leaves the value as it is.
         v = lw.where(lw.op("Less", hi, v), hi, v, np_type)
         v = lw.where(lw.op("Less", v, lo), lo, v, np_type)
@@ -100,6 +104,7 @@ def quantize_dequantize(lw, x, mn, mx, min_q, max_q, np_type, range_given: bool,
 
 def _data_range(lw: Lowering, x: str, axis: int, rank, np_type):
     """min/max of the data (per tensor or per channel). NaN elements are left out of the reduction."""
+    x = lw.flush(x, np_type)
     is_nan = lw.op("IsNaN", x)
     axes = None if axis == -1 else [a for a in range(rank) if a != axis]
     keep = axis != -1
@@ -176,9 +181,11 @@ def lower_v4_grad(ctx, node):
             lw.fail("input_min must be a scalar if axis is unspecified")
     lw.take_over()
     g, x, mn, mx = lw.inputs
-    lo, hi = mn, mx
+    # denormals-are-zero on the inputs; only g's zero sign reaches the output
+    g, x = lw.flush(g, np_type), lw.flush(x, np_type, keep_sign=False)
+    lo, hi = lw.flush(mn, np_type, keep_sign=False), lw.flush(mx, np_type, keep_sign=False)
     if axis != -1:
-        lo, hi = _per_axis_view(lw, mn, axis, rank), _per_axis_view(lw, mx, axis, rank)
+        lo, hi = _per_axis_view(lw, lo, axis, rank), _per_axis_view(lw, hi, axis, rank)
     # TF multiplies by the mask (so -g*0 = -0 and inf*0 = NaN outside the range), using the given range.
     inside = lw.op("And", lw.op("LessOrEqual", lo, x), lw.op("LessOrEqual", x, hi))
     lw.emit(0, lw.op("Mul", g, lw.mask_as(inside, t)))
