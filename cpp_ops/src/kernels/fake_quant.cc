@@ -59,6 +59,7 @@ void GradientInRange(const float* g, const float* x, float* dx, int64_t n, float
 }  // namespace
 
 FakeQuantGrid NudgeFakeQuantRange(float min, float max, int quant_min, int quant_max) {
+  ScopedFlushDenormals flush;
   const float qmin = static_cast<float>(quant_min);
   const float qmax = static_cast<float>(quant_max);
   FakeQuantGrid grid;
@@ -83,6 +84,7 @@ FakeQuantGrid NudgeFakeQuantRange(float min, float max, int quant_min, int quant
 void FakeQuantForward(const float* x, float* y, int64_t n, const FakeQuantGrid& grid, bool use_division,
                       const Parallel& parallel) {
   parallel.ForRange(n, kGrain, [&](int64_t begin, int64_t end) {
+    ScopedFlushDenormals flush;
     if (use_division) {
       ForwardDivide(x + begin, y + begin, end - begin, grid.nudged_min, grid.nudged_max, grid.scale, grid.quant_zero);
     } else {
@@ -104,6 +106,7 @@ void FakeQuantPerChannelForward(const float* x, float* y, int64_t rows, int64_t 
   }
   const int64_t grain_rows = std::max<int64_t>(1, kGrain / channels);
   parallel.ForRange(rows, grain_rows, [&](int64_t begin, int64_t end) {
+    ScopedFlushDenormals flush;
     for (int64_t r = begin; r < end; ++r) {
       const float* xr = x + r * channels;
       float* yr = y + r * channels;
@@ -123,6 +126,7 @@ void FakeQuantPerChannelForward(const float* x, float* y, int64_t rows, int64_t 
 void FakeQuantGradientInput(const float* g, const float* x, float* dx, int64_t n, const FakeQuantGrid& grid,
                             const Parallel& parallel) {
   parallel.ForRange(n, kGrain, [&](int64_t begin, int64_t end) {
+    ScopedFlushDenormals flush;
     GradientInRange(g + begin, x + begin, dx + begin, end - begin, grid.nudged_min, grid.nudged_max);
   });
 }
@@ -139,6 +143,7 @@ void FakeQuantVarsGradient(const float* g, const float* x, int64_t n, float min,
   }
   const FakeQuantGrid grid = NudgeFakeQuantRange(min, max, quant_min, quant_max);
   FakeQuantGradientInput(g, x, dx, n, grid, parallel);
+  ScopedFlushDenormals flush;  // for the two sums on this thread
   const float lo = grid.nudged_min, hi = grid.nudged_max;
   *dmin = eigen_sum::PacketTreeSum([&](int64_t i) { return g[i] * (x[i] < lo ? 1.0f : 0.0f); }, 0, n);
   *dmax = eigen_sum::PacketTreeSum([&](int64_t i) { return g[i] * (x[i] > hi ? 1.0f : 0.0f); }, 0, n);
@@ -150,6 +155,7 @@ void FakeQuantPerChannelGradient(const float* g, const float* x, int64_t rows, i
   if (channels <= 0) return;
   // Channels are independent tasks: each computes its grid, its dx column and its two sums.
   parallel.For(static_cast<std::size_t>(channels), [&](std::size_t task) {
+    ScopedFlushDenormals flush;
     const int64_t c = static_cast<int64_t>(task);
     if (FakeQuantRangeIsZero(min[c], max[c])) {
       for (int64_t r = 0; r < rows; ++r) dx[r * channels + c] = g[r * channels + c];

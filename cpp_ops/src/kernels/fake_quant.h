@@ -3,7 +3,9 @@
 // No ONNX Runtime types here; the adapters in cpp_ops/src/ort/fake_quant_ops.cc validate the inputs.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
+#include <limits>
 
 #include "kernels/parallel.h"
 
@@ -21,8 +23,11 @@ struct FakeQuantGrid {
 // quant_min = narrow_range ? 1 : 0, quant_max = 2^num_bits - 1 (num_bits already checked to be 2..16).
 FakeQuantGrid NudgeFakeQuantRange(float min, float max, int quant_min, int quant_max);
 
-// Vars and PerChannel skip the nudge and output zeros when min == max == 0.
-inline bool FakeQuantRangeIsZero(float min, float max) { return min == 0.0f && max == 0.0f; }
+// Vars and PerChannel skip the nudge and output zeros when min == max == 0. TF compares with
+// denormals-are-zero on, so subnormal bounds count as 0.
+inline bool FakeQuantRangeIsZero(float min, float max) {
+  return std::fabs(min) < std::numeric_limits<float>::min() && std::fabs(max) < std::numeric_limits<float>::min();
+}
 
 // Forward. `use_division`: Vars divides by scale; Args and PerChannel multiply by inv_scale.
 void FakeQuantForward(const float* x, float* y, int64_t n, const FakeQuantGrid& grid, bool use_division,

@@ -162,12 +162,14 @@ void QuantizeDequantize(const T* x, T* y, const QdqView& view, const T* given_mi
                         const QdqOptions& options, const Parallel& parallel) {
   const int64_t n = view.pre * view.depth * view.post;
   if (n == 0) return;
+  ScopedFlushDenormals flush;  // TF's mode; each parallel task below sets it on its own thread too
   std::vector<QdqParams<T>> params(static_cast<std::size_t>(view.depth));
   if (options.range_given) {
     for (int64_t c = 0; c < view.depth; ++c) params[c] = ComputeRange(given_min[c], given_max[c], options);
   } else {
     // Each channel's data range: x[p, c, q] in (p, q) order, one task per channel.
     parallel.For(static_cast<std::size_t>(view.depth), [&](std::size_t task) {
+      ScopedFlushDenormals flush_task;
       const int64_t c = static_cast<int64_t>(task);
       const int64_t count = view.pre * view.post;
       auto value = [&](int64_t j) { return x[((j / view.post) * view.depth + c) * view.post + j % view.post]; };
@@ -185,6 +187,7 @@ void QuantizeDequantize(const T* x, T* y, const QdqView& view, const T* given_mi
   }
   const bool half_up = options.round_mode == QdqRoundMode::kHalfUp;
   ForEachChannelSegment(view, parallel, [&](int64_t begin, int64_t end, int64_t c) {
+    ScopedFlushDenormals flush_task;
     QdqSegment(x + begin, y + begin, end - begin, params[c], options.range_given, half_up);
   });
 }
@@ -193,6 +196,7 @@ template <typename T>
 void QuantizeDequantizeGradient(const T* g, const T* x, T* dx, const QdqView& view, const T* min, const T* max,
                                 const Parallel& parallel) {
   ForEachChannelSegment(view, parallel, [&](int64_t begin, int64_t end, int64_t c) {
+    ScopedFlushDenormals flush;
     const T lo = min[c], hi = max[c];
     for (int64_t i = begin; i < end; ++i) dx[i] = g[i] * ((x[i] >= lo && x[i] <= hi) ? T(1) : T(0));
   });

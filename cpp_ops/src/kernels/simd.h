@@ -9,3 +9,31 @@
 #else
 #define TFOPS_VECTOR_CLONES
 #endif
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
+
+namespace tfops {
+
+// TensorFlow runs every kernel with the CPU's flush-to-zero and denormals-are-zero modes on
+// (port::ScopedFlushDenormal in its executor): subnormal operands act as (signed) zeros and subnormal
+// results become zeros. Kernels that must match TF bit for bit hold one of these on every thread
+// that computes (the mode is per thread); it restores the caller's mode on exit.
+class ScopedFlushDenormals {
+ public:
+#if defined(__x86_64__) || defined(__i386__)
+  ScopedFlushDenormals() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ | kFtzDaz); }
+  ~ScopedFlushDenormals() { _mm_setcsr(saved_); }
+
+ private:
+  static constexpr unsigned kFtzDaz = 0x8040;  // MXCSR bit 15 (FTZ) and bit 6 (DAZ)
+  unsigned saved_;
+#else
+  ScopedFlushDenormals() = default;
+#endif
+  ScopedFlushDenormals(const ScopedFlushDenormals&) = delete;
+  ScopedFlushDenormals& operator=(const ScopedFlushDenormals&) = delete;
+};
+
+}  // namespace tfops

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "kernels/quantize_dequantize.h"
+#include "kernels/simd.h"
 #include "ort/op_base.h"
 
 namespace tfops {
@@ -50,6 +51,7 @@ void CheckGivenRange(const Tensor& x, const Tensor& mn, const Tensor& mx, int64_
     if (mn.rank() != 0) throw OpError("input_min must be a scalar.");
     if (mx.rank() != 0) throw OpError("input_max must be a scalar.");
     const T lo = mn.Scalar<T>(), hi = mx.Scalar<T>();
+    ScopedFlushDenormals flush;  // TF compares with denormals-are-zero on
     if (!(lo <= hi)) {
       throw OpError("Invalid range: input_min " + ValueString(lo) + " > input_max " + ValueString(hi));
     }
