@@ -14,11 +14,17 @@
 #include <sstream>
 #include <type_traits>
 
+#include "kernels/simd.h"
+
 namespace tfops {
 namespace depthwise {
 namespace {
 
 using i64 = std::int64_t;
+
+// The templated loops are forced inline into the per-type entry points below (each of which gets
+// an AVX2 clone), so every clone carries its own vectorized copy.
+#define TFOPS_ALWAYS_INLINE inline __attribute__((always_inline))
 
 // Python-style floor division (the geometry formulas are defined with it).
 i64 FloorDiv(i64 a, i64 b) {
@@ -253,7 +259,7 @@ void StoreResult(const A* src, T* dst, i64 n, i64 h, i64 w, i64 c, bool nchw, co
 
 // Range of output positions j (0 <= j < out) whose input position j*stride + offset lies in
 // [0, n): returns [lo, hi).
-inline void ValidRange(i64 offset, i64 stride, i64 n, i64 out, i64* lo, i64* hi) {
+TFOPS_ALWAYS_INLINE void ValidRange(i64 offset, i64 stride, i64 n, i64 out, i64* lo, i64* hi) {
   // j*stride + offset >= 0  <=>  j >= ceil(-offset / stride)
   i64 l = offset >= 0 ? 0 : (-offset + stride - 1) / stride;
   // j*stride + offset <= n - 1  <=>  j <= floor((n - 1 - offset) / stride)
@@ -267,7 +273,7 @@ inline void ValidRange(i64 offset, i64 stride, i64 n, i64 out, i64* lo, i64* hi)
 // precision for 16-bit types and the identity otherwise.
 
 template <typename A, bool kRound, typename Round>
-inline void TapM1(A* __restrict acc, const A* __restrict w, const A* __restrict x, i64 k, Round round) {
+TFOPS_ALWAYS_INLINE void TapM1(A* __restrict acc, const A* __restrict w, const A* __restrict x, i64 k, Round round) {
   for (i64 i = 0; i < k; ++i) {
     const A v = acc[i] + w[i] * x[i];
     acc[i] = kRound ? round(v) : v;
@@ -275,7 +281,7 @@ inline void TapM1(A* __restrict acc, const A* __restrict w, const A* __restrict 
 }
 
 template <typename A, bool kRound, typename Round>
-inline void TapM(A* __restrict acc, const A* __restrict w, const A* __restrict x, i64 c, i64 m, Round round) {
+TFOPS_ALWAYS_INLINE void TapM(A* __restrict acc, const A* __restrict w, const A* __restrict x, i64 c, i64 m, Round round) {
   if (m == 2) {  // the common multiplier, unrolled so the pair shares one broadcast
     for (i64 ch = 0; ch < c; ++ch) {
       const A v = x[ch];
@@ -298,7 +304,7 @@ inline void TapM(A* __restrict acc, const A* __restrict w, const A* __restrict x
 }
 
 template <typename A, bool kRound, typename Round>
-void ForwardRows(const Geometry& g, const A* in, const A* filter, A* out, i64 row_begin, i64 row_end, Round round) {
+TFOPS_ALWAYS_INLINE void ForwardRows(const Geometry& g, const A* in, const A* filter, A* out, i64 row_begin, i64 row_end, Round round) {
   const i64 K = g.out_depth, C = g.in_depth, M = g.depth_multiplier;
   for (i64 q = row_begin; q < row_end; ++q) {
     const i64 b = q / g.out_rows, i = q % g.out_rows;
@@ -406,23 +412,6 @@ std::string BackpropFilterGeometry(const Attrs& a, const std::vector<i64>& input
 
 // ---------------------------------------------------------------------------------------------
 
-template <typename T>
-void Forward(const Geometry& g, const T* input, const T* filter, T* output, const Parallel& par) {
-  using A = typename Types<T>::A;
-  constexpr bool kRound = Types<T>::kRound;
-  const i64 rows = g.batch * g.out_rows;
-  if (g.OutputSize() == 0) return;
-  std::vector<A> in_buf, filter_buf, out_buf;
-  const A* in = NhwcCompute(input, g.batch, g.in_rows, g.in_cols, g.in_depth, g.nchw, &in_buf, par);
-  const A* w = NhwcCompute(filter, 1, 1, g.filter_rows * g.filter_cols, g.out_depth, false, &filter_buf, par);
-  const bool direct = !g.nchw && std::is_same<T, A>::value;
-  if (!direct) out_buf.resize(static_cast<size_t>(g.OutputSize()));
-  A* out = direct ? reinterpret_cast<A*>(output) : out_buf.data();
-  const i64 grain = RowGrain(g.out_cols * g.out_depth * std::max<i64>(g.filter_rows * g.filter_cols, 1));
-  par.ForRange(rows, grain, [&](i64 b, i64 e) { ForwardRows<A, kRound>(g, in, w, out, b, e, typename Types<T>::RoundOp()); });
-  if (!direct) StoreResult(out, output, g.batch, g.out_rows, g.out_cols, g.out_depth, g.nchw, par);
-}
-
 // ---------------------------------------------------------------------------------------------
 // BackpropInput. a[x][k] accumulates filter * out_backprop over the taps in ascending filter
 // order; then the M products of one input channel are summed like TF's AVX reduction.
@@ -430,7 +419,7 @@ void Forward(const Geometry& g, const T* input, const T* filter, T* output, cons
 namespace {
 
 template <typename A, bool kRound, typename Round>
-void BackpropInputRows(const Geometry& g, const A* w, const A* dy, A* dx, A* acc, i64 row_begin, i64 row_end,
+TFOPS_ALWAYS_INLINE void BackpropInputRows(const Geometry& g, const A* w, const A* dy, A* dx, A* acc, i64 row_begin, i64 row_end,
                        Round round) {
   const i64 K = g.out_depth, C = g.in_depth, M = g.depth_multiplier, S = g.stride;
   for (i64 q = row_begin; q < row_end; ++q) {
@@ -490,27 +479,6 @@ void BackpropInputRows(const Geometry& g, const A* w, const A* dy, A* dx, A* acc
 
 }  // namespace
 
-template <typename T>
-void BackpropInput(const Geometry& g, const T* filter, const T* out_backprop, T* in_backprop, const Parallel& par) {
-  using A = typename Types<T>::A;
-  constexpr bool kRound = Types<T>::kRound;
-  const i64 in_size = g.InputSize();
-  if (in_size == 0) return;
-  std::vector<A> dy_buf, filter_buf, dx_buf;
-  const A* dy = NhwcCompute(out_backprop, g.batch, g.out_rows, g.out_cols, g.out_depth, g.nchw, &dy_buf, par);
-  const A* w = NhwcCompute(filter, 1, 1, g.filter_rows * g.filter_cols, g.out_depth, false, &filter_buf, par);
-  const bool direct = !g.nchw && std::is_same<T, A>::value;
-  if (!direct) dx_buf.resize(static_cast<size_t>(in_size));
-  A* dx = direct ? reinterpret_cast<A*>(in_backprop) : dx_buf.data();
-  const i64 rows = g.batch * g.in_rows;
-  const i64 grain = RowGrain(g.in_cols * g.out_depth * std::max<i64>(g.filter_rows * g.filter_cols, 1));
-  par.ForRange(rows, grain, [&](i64 b, i64 e) {
-    std::vector<A> acc(g.depth_multiplier == 1 ? 0 : static_cast<size_t>(g.in_cols * g.out_depth));
-    BackpropInputRows<A, kRound>(g, w, dy, dx, acc.data(), b, e, typename Types<T>::RoundOp());
-  });
-  if (!direct) StoreResult(dx, in_backprop, g.batch, g.in_rows, g.in_cols, g.in_depth, g.nchw, par);
-}
-
 // ---------------------------------------------------------------------------------------------
 // BackpropFilter.
 
@@ -518,7 +486,7 @@ namespace {
 
 // Accumulates batch b's contributions for input channels [c0, c1) into buf [kh][kw][(c1-c0)*M].
 template <typename A, bool kRound, typename Round>
-void FilterPartial(const Geometry& g, const A* in, const A* dy, i64 b, i64 c0, i64 c1, A* buf, Round round) {
+TFOPS_ALWAYS_INLINE void FilterPartial(const Geometry& g, const A* in, const A* dy, i64 b, i64 c0, i64 c1, A* buf, Round round) {
   const i64 K = g.out_depth, C = g.in_depth, M = g.depth_multiplier;
   const i64 kb = (c1 - c0) * M;
   for (i64 i = 0; i < g.out_rows; ++i) {
@@ -545,7 +513,65 @@ void FilterPartial(const Geometry& g, const A* in, const A* dy, i64 b, i64 c0, i
   }
 }
 
+// The hot loops, one non-template entry per storage type so that each gets an AVX2 clone next to
+// the baseline (same IEEE operations in both: the build disables FMA contraction).
+#define TFOPS_DEPTHWISE_HOT(T)                                                                              \
+  TFOPS_VECTOR_CLONES void ForwardHot(const T*, const Geometry& g, const Types<T>::A* in,                \
+                                      const Types<T>::A* w, Types<T>::A* out, i64 b, i64 e) {            \
+    ForwardRows<Types<T>::A, Types<T>::kRound>(g, in, w, out, b, e, Types<T>::RoundOp());                   \
+  }                                                                                                         \
+  TFOPS_VECTOR_CLONES void BackpropInputHot(const T*, const Geometry& g, const Types<T>::A* w,           \
+                                            const Types<T>::A* dy, Types<T>::A* dx, Types<T>::A* acc,     \
+                                            i64 b, i64 e) {                                                 \
+    BackpropInputRows<Types<T>::A, Types<T>::kRound>(g, w, dy, dx, acc, b, e, Types<T>::RoundOp());         \
+  }                                                                                                         \
+  TFOPS_VECTOR_CLONES void FilterPartialHot(const T*, const Geometry& g, const Types<T>::A* in,          \
+                                            const Types<T>::A* dy, i64 b, i64 c0, i64 c1, Types<T>::A* buf) { \
+    FilterPartial<Types<T>::A, Types<T>::kRound>(g, in, dy, b, c0, c1, buf, Types<T>::RoundOp());           \
+  }
+
+TFOPS_DEPTHWISE_HOT(float)
+TFOPS_DEPTHWISE_HOT(double)
+TFOPS_DEPTHWISE_HOT(Half)
+TFOPS_DEPTHWISE_HOT(BFloat16)
+
 }  // namespace
+
+template <typename T>
+void Forward(const Geometry& g, const T* input, const T* filter, T* output, const Parallel& par) {
+  using A = typename Types<T>::A;
+  const i64 rows = g.batch * g.out_rows;
+  if (g.OutputSize() == 0) return;
+  std::vector<A> in_buf, filter_buf, out_buf;
+  const A* in = NhwcCompute(input, g.batch, g.in_rows, g.in_cols, g.in_depth, g.nchw, &in_buf, par);
+  const A* w = NhwcCompute(filter, 1, 1, g.filter_rows * g.filter_cols, g.out_depth, false, &filter_buf, par);
+  const bool direct = !g.nchw && std::is_same<T, A>::value;
+  if (!direct) out_buf.resize(static_cast<size_t>(g.OutputSize()));
+  A* out = direct ? reinterpret_cast<A*>(output) : out_buf.data();
+  const i64 grain = RowGrain(g.out_cols * g.out_depth * std::max<i64>(g.filter_rows * g.filter_cols, 1));
+  par.ForRange(rows, grain, [&](i64 b, i64 e) { ForwardHot(input, g, in, w, out, b, e); });
+  if (!direct) StoreResult(out, output, g.batch, g.out_rows, g.out_cols, g.out_depth, g.nchw, par);
+}
+
+template <typename T>
+void BackpropInput(const Geometry& g, const T* filter, const T* out_backprop, T* in_backprop, const Parallel& par) {
+  using A = typename Types<T>::A;
+  const i64 in_size = g.InputSize();
+  if (in_size == 0) return;
+  std::vector<A> dy_buf, filter_buf, dx_buf;
+  const A* dy = NhwcCompute(out_backprop, g.batch, g.out_rows, g.out_cols, g.out_depth, g.nchw, &dy_buf, par);
+  const A* w = NhwcCompute(filter, 1, 1, g.filter_rows * g.filter_cols, g.out_depth, false, &filter_buf, par);
+  const bool direct = !g.nchw && std::is_same<T, A>::value;
+  if (!direct) dx_buf.resize(static_cast<size_t>(in_size));
+  A* dx = direct ? reinterpret_cast<A*>(in_backprop) : dx_buf.data();
+  const i64 rows = g.batch * g.in_rows;
+  const i64 grain = RowGrain(g.in_cols * g.out_depth * std::max<i64>(g.filter_rows * g.filter_cols, 1));
+  par.ForRange(rows, grain, [&](i64 b, i64 e) {
+    std::vector<A> acc(g.depth_multiplier == 1 ? 0 : static_cast<size_t>(g.in_cols * g.out_depth));
+    BackpropInputHot(filter, g, w, dy, dx, acc.data(), b, e);
+  });
+  if (!direct) StoreResult(dx, in_backprop, g.batch, g.in_rows, g.in_cols, g.in_depth, g.nchw, par);
+}
 
 template <typename T>
 void BackpropFilter(const Geometry& g, const T* input, const T* out_backprop, T* filter_backprop,
@@ -572,7 +598,7 @@ void BackpropFilter(const Geometry& g, const T* input, const T* out_backprop, T*
     const i64 b = static_cast<i64>(t) / blocks, blk = static_cast<i64>(t) % blocks;
     const i64 c0 = blk * block_c, c1 = std::min(C, c0 + block_c);
     A* buf = partials.data() + b * taps * K + taps * c0 * M;
-    FilterPartial<A, kRound>(g, in, dy, b, c0, c1, buf, typename Types<T>::RoundOp());
+    FilterPartialHot(input, g, in, dy, b, c0, c1, buf);
   });
   // dW = ((0 + buf_0) + buf_1) + ...: batch order, in parallel over filter elements.
   par.ForRange(K, 64, [&](i64 k0, i64 k1) {
