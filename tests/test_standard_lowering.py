@@ -20,6 +20,7 @@ import onnxruntime as ort  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tf2onnx  # noqa: E402
+import tf2onnx.optimizer  # noqa: E402
 
 from converters.errors import LoweringError  # noqa: E402
 from converters.standard import STANDARD_LOWERINGS  # noqa: E402
@@ -32,14 +33,25 @@ def _no_rewrite(g, ops):
     return ops
 
 
+_optimize_graph = tf2onnx.optimizer.optimize_graph
+
+
+def _remove_identities(graph, catch_errors=True, optimizers=None):
+    from tf2onnx.optimizer.identity_optimizer import IdentityOptimizer
+
+    return _optimize_graph(graph, catch_errors, optimizers={"remove_identity": IdentityOptimizer})
+
+
 def convert(fn, signature):
     """tf2onnx with our lowerings as handlers.
 
     tf2onnx's graph rewriters run before handlers: its QuantizeAndDequantize rewriter would replace
     the QDQ ops with QuantizeLinear/DequantizeLinear and its dilation rewriter folds
     SpaceToBatchND/BatchToSpaceND around depthwise convs, so both are switched off here (they are
-    looked up as module globals of tf2onnx.tfonnx when a conversion starts). tf2onnx's optimizer is
-    skipped too (it only slows the many-node test graphs down; it does not change values).
+    looked up as module globals of tf2onnx.tfonnx when a conversion starts). Of tf2onnx's optimizers
+    only the identity remover runs (the others only slow the many-node test graphs down); it has to,
+    because ONNX Runtime 1.31's own identity elimination breaks graphs where an Identity ending in a
+    graph output reads a value that other nodes read too (which tf2onnx's output Identities do).
     """
     errors = []
 
@@ -53,7 +65,7 @@ def convert(fn, signature):
     handlers = {op: (lambda ctx, node, name, args, f=f: handler(ctx, node, name, args, f), ()) for op, f in STANDARD_LOWERINGS.items()}
     with mock.patch("tf2onnx.tfonnx.rewrite_quantize_and_dequantize", _no_rewrite), mock.patch(
         "tf2onnx.tfonnx.rewrite_conv_dilations", _no_rewrite
-    ), mock.patch("tf2onnx.optimizer.optimize_graph", lambda g, *a, **k: g):
+    ), mock.patch("tf2onnx.optimizer.optimize_graph", _remove_identities):
         model, _ = tf2onnx.convert.from_function(
             tf.function(fn), input_signature=signature, opset=17, custom_op_handlers=handlers
         )
@@ -66,8 +78,9 @@ def convert(fn, signature):
 
 
 class Runner:
-    def __init__(self, fn, signature):
-        self.fn = fn
+    def __init__(self, fn, signature, oracle=None):
+        """``fn`` is converted; TF runs ``oracle`` (default: ``fn``) as a graph for the expected values."""
+        self.fn = tf.function(oracle or fn, input_signature=signature)
         self.session = ort.InferenceSession(convert(fn, signature).SerializeToString(), providers=["CPUExecutionProvider"])
         self.names = [i.name for i in self.session.get_inputs()]
 
@@ -270,23 +283,40 @@ def test_fused_batch_norm_forward_and_grad(version, data_format, shape):
     fwd = getattr(tf.raw_ops, "FusedBatchNorm" + version)
     grad = getattr(tf.raw_ops, "FusedBatchNormGrad" + version)
     modes = [(True, 1.0), (True, 0.3), (False, 1.0)]
+    channels_first = data_format.startswith("NC")
+    perm = [0, 2, 3, 1] if len(shape) == 4 else [0, 2, 3, 4, 1]
+    back = [0, 3, 1, 2] if len(shape) == 4 else [0, 4, 1, 2, 3]
 
-    def fn(x, dy, scale, offset, mean, var):
+    def build(x, dy, scale, offset, mean, var, oracle):
         outs = []
         for training, factor in modes:
             r = fwd(x=x, scale=scale, offset=offset, mean=mean, variance=var, epsilon=1e-3,
                     exponential_avg_factor=factor, data_format=data_format, is_training=training)
             outs += [r[0], r[1], r[2]]
             extra = {"reserve_space_3": r[5]} if version == "V3" else {}
+            if oracle and channels_first and not training:
+                # TF's CPU kernel has no channels-first inference gradient; its Python gradient
+                # transposes to channels-last around it, and so does the oracle.
+                g = grad(y_backprop=tf.transpose(dy, perm), x=tf.transpose(x, perm), scale=scale, reserve_space_1=mean,
+                         reserve_space_2=var, epsilon=1e-3, data_format="NHWC" if len(shape) == 4 else "NDHWC",
+                         is_training=False, **extra)
+                outs += [tf.transpose(g[0], back), g[1], g[2]]
+                continue
             g = grad(y_backprop=dy, x=x, scale=scale, reserve_space_1=r[3] if training else mean,
                      reserve_space_2=r[4] if training else var, epsilon=1e-3,
                      data_format=data_format, is_training=training, **extra)
             outs += [g[0], g[1], g[2]]
         return outs
 
+    def fn(*args):
+        return build(*args, oracle=False)
+
+    def oracle(*args):
+        return build(*args, oracle=True)
+
     spec = tf.TensorSpec(shape, tf.float32)
     vec = tf.TensorSpec([c], tf.float32)
-    run = Runner(fn, [spec, spec] + [vec] * 4)
+    run = Runner(fn, [spec, spec] + [vec] * 4, oracle)
     rng = np.random.default_rng(RNG_SEED + 4)
     x, scale, offset, mean, var = _bn_case(rng, shape, c)
     dy = rng.normal(size=shape).astype(np.float32)
@@ -346,6 +376,30 @@ def _dw_attrs(fmt, stride, padding, explicit, dilation):
     return dict(strides=strides, padding=padding, explicit_paddings=pads, data_format=fmt, dilations=dilations)
 
 
+def _dw_oracle(fmt, stride, padding, explicit, dilation):
+    """TF's meaning of the op and its gradients, computed in NHWC.
+
+    TF's CPU kernels on a machine without oneDNN's rewrite (this one) reject dilations and NCHW in
+    the forward op and ignore dilations in the backprops, so the oracle is tf.nn.depthwise_conv2d
+    (SpaceToBatchND around the op for dilations) and its gradients by GradientTape, with NCHW data
+    transposed to NHWC and back (layout does not change the arithmetic)."""
+    pad = padding if explicit is None else [[0, 0], [explicit[0], explicit[1]], [explicit[2], explicit[3]], [0, 0]]
+    to_nhwc, to_nchw = (lambda t: tf.transpose(t, [0, 2, 3, 1])), (lambda t: tf.transpose(t, [0, 3, 1, 2]))
+
+    def oracle(x, f, dy):
+        if fmt == "NCHW":
+            x, dy = to_nhwc(x), to_nhwc(dy)
+        with tf.GradientTape() as tape:
+            tape.watch([x, f])
+            y = tf.nn.depthwise_conv2d(x, f, strides=[1, stride, stride, 1], padding=pad, dilations=[dilation, dilation])
+        dx, df = tape.gradient(y, [x, f], output_gradients=dy)
+        if fmt == "NCHW":
+            y, dx = to_nchw(y), to_nchw(dx)
+        return [y, dx, df]
+
+    return oracle
+
+
 @pytest.mark.parametrize("case", DW_CASES, ids=lambda c: "-".join(map(str, c[:6])))
 def test_depthwise_forward_and_backprops(case):
     fmt, stride, padding, explicit, dilation, m, nhwc, (kh, kw) = case
@@ -353,9 +407,18 @@ def test_depthwise_forward_and_backprops(case):
     n, h, w, c = nhwc
     in_shape = list(nhwc) if fmt == "NHWC" else [n, c, h, w]
     filt_shape = [kh, kw, c, m]
-    y_shape = tf.raw_ops.DepthwiseConv2dNative(
-        input=np.zeros(in_shape, np.float32), filter=np.zeros(filt_shape, np.float32), **attrs
-    ).shape
+    oracle = tf.function(_dw_oracle(fmt, stride, padding, explicit, dilation))
+    rng = np.random.default_rng(RNG_SEED + 6)
+    x = rng.normal(size=in_shape).astype(np.float32)
+    f = rng.normal(size=filt_shape).astype(np.float32)
+    # the forward output shape, from the oracle
+    probe = tf.nn.depthwise_conv2d(
+        tf.constant(np.transpose(x, [0, 2, 3, 1]) if fmt == "NCHW" else x), f, strides=[1, stride, stride, 1],
+        padding=padding if explicit is None else [[0, 0], [explicit[0], explicit[1]], [explicit[2], explicit[3]], [0, 0]],
+        dilations=[dilation, dilation],
+    )
+    y_shape = list(probe.shape) if fmt == "NHWC" else [probe.shape[0], probe.shape[3], probe.shape[1], probe.shape[2]]
+    dy = rng.normal(size=y_shape).astype(np.float32)
 
     def fn(x, f, dy):
         return [
@@ -364,12 +427,10 @@ def test_depthwise_forward_and_backprops(case):
             tf.raw_ops.DepthwiseConv2dNativeBackpropFilter(input=x, filter_sizes=tf.constant(filt_shape), out_backprop=dy, **attrs),
         ]
 
-    run = Runner(fn, [tf.TensorSpec(in_shape, tf.float32), tf.TensorSpec(filt_shape, tf.float32), tf.TensorSpec(y_shape, tf.float32)])
-    rng = np.random.default_rng(RNG_SEED + 6)
-    x = rng.normal(size=in_shape).astype(np.float32)
-    f = rng.normal(size=filt_shape).astype(np.float32)
-    dy = rng.normal(size=list(y_shape)).astype(np.float32)
-    got, expected = run.both(x, f, dy)
+    model = convert(fn, [tf.TensorSpec(in_shape, tf.float32), tf.TensorSpec(filt_shape, tf.float32), tf.TensorSpec(y_shape, tf.float32)])
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    got = session.run(None, dict(zip([i.name for i in session.get_inputs()], [x, f, dy])))
+    expected = [np.asarray(e) for e in oracle(x, f, dy)]
     for name, a, b in zip(("forward", "backprop_input", "backprop_filter"), got, expected):
         assert a.shape == b.shape, (name, a.shape, b.shape)
         np.testing.assert_allclose(a, b, rtol=DW_RTOL, atol=DW_RTOL * float(np.abs(b).max()), err_msg=name)

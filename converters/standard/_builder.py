@@ -42,6 +42,7 @@ class Lowering:
         self._out_shapes = {}
         self._out_dtypes = {}
         self._counter = 0
+        self._emitted = {}  # built value -> the output name it was renamed to
 
     # ----- facts about the TF node, read before take_over() -----
     def fail(self, reason: str):
@@ -90,9 +91,29 @@ class Lowering:
         return node.output[0] if outputs == 1 else list(node.output)
 
     def emit(self, index: int, source: str):
-        """Route ``source`` to the TF node's output ``index`` (through an Identity, optimized away later)."""
+        """Make ``source`` the TF node's output ``index``.
+
+        A value built here is renamed in place (its producer writes the output name, consumers are
+        rewired), so no Identity is left behind: ONNX Runtime 1.31's identity elimination breaks
+        graphs where an Identity chain ends in a graph output while its producer has other
+        consumers. Inputs passed through, and a value emitted twice, go through an Identity.
+        """
         out = self.outputs[index]
         shape, dtype = self._out_shapes.get(out), self._out_dtypes.get(out)
+        producer = self.ctx.get_node_by_output(source)
+        mine = producer is not None and producer.name.startswith(f"{self.name}__std_") and producer.type != "Const"
+        if mine and source not in self._emitted:
+            self.ctx.replace_all_inputs(source, out)
+            outputs = list(producer.output)
+            outputs[outputs.index(source)] = out
+            producer.output = outputs  # the setter moves the output-name mapping
+            if shape is not None:
+                self.ctx.set_shape(out, shape)
+            if dtype is not None:
+                self.ctx.set_dtype(out, dtype)
+            self._emitted[source] = out
+            return
+        source = self._emitted.get(source, source)
         self.ctx.make_node(
             "Identity",
             [source],
