@@ -7,6 +7,9 @@
 - qat_cnn_train_step: the same network's training step (serving_default: images [8, 16, 16, 3],
   labels [8] -> loss, the gradient of every trainable variable, and each batch norm's batch mean
   and variance).
+- cnn_train_step_float: the same training step with the activation quantizers left out (weights
+  are still fake-quantized): the control that holds the training-step float ops to a tight tolerance,
+  which quantized activations make impossible (see models/run_all.py).
 - qdq: quantize_and_dequantize (V2/V3/V4 ops) in several configurations and the V4 gradient.
 
 The ONNX files next to them are written by ``python -m models.run_all``.
@@ -37,11 +40,11 @@ def saved_model_dir(name: str) -> Path:
     return MODELS_DIR / name / "saved_model"
 
 
-def build_trained_qat_cnn() -> qat_network.QatCnn:
+def build_trained_qat_cnn(quantize_activations=True) -> qat_network.QatCnn:
     """The network after a few SGD steps on random data, so that the batch-norm moving statistics,
     the learned activation ranges and the weights are all non-trivial."""
     tf_keras.utils.set_random_seed(SEED)
-    model = qat_network.QatCnn(name="qat_cnn")
+    model = qat_network.QatCnn(quantize_activations=quantize_activations, name="qat_cnn")
     for bn in model.batch_norms():
         bn.momentum = 0.8  # a few warm-up steps move the moving statistics far from (0, 1)
     rng = np.random.default_rng(SEED)
@@ -172,12 +175,22 @@ def make_qat_cnn_train_step():
     save(module, "qat_cnn_train_step", module.train_step)
 
 
+def make_cnn_train_step_float():
+    module = QatCnnTrainStep(build_trained_qat_cnn(quantize_activations=False))
+    save(module, "cnn_train_step_float", module.train_step)
+
+
 def make_qdq():
     module = QuantizeDequantizeModel()
     save(module, "qdq", module.serve)
 
 
-MAKERS = {"qat_cnn": make_qat_cnn, "qat_cnn_train_step": make_qat_cnn_train_step, "qdq": make_qdq}
+MAKERS = {
+    "qat_cnn": make_qat_cnn,
+    "qat_cnn_train_step": make_qat_cnn_train_step,
+    "cnn_train_step_float": make_cnn_train_step_float,
+    "qdq": make_qdq,
+}
 
 
 def main(argv=None):

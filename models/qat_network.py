@@ -181,8 +181,9 @@ class QatCnn(tf_keras.Model):
     -> Conv2D 1x1 (16) -> BN -> ReLU -> FQ -> depthwise 3x3 stride 2, multiplier 2 -> BN -> ReLU -> FQ
     -> global average pool -> Dense (10) -> FQ."""
 
-    def __init__(self, **kw):
+    def __init__(self, quantize_activations=True, **kw):
         super().__init__(**kw)
+        self.quantize_activations = quantize_activations
         self.blocks = [
             # The images' range is known, and nothing upstream could carry a gradient to it.
             ActivationQuant(0.0, 1.0, learn_range=False, name="input_quant"),
@@ -208,9 +209,12 @@ class QatCnn(tf_keras.Model):
 
     def call(self, x, training=False):
         for layer in self.blocks:
+            if isinstance(layer, ActivationQuant) and layer.learn_range and not self.quantize_activations:
+                continue  # the float-activation variant skips every activation quantizer but the input's
             x = layer(x, training=training) if isinstance(layer, FusedBatchNorm) else layer(x)
         x = tf.reduce_mean(x, axis=[1, 2])
-        return self.logits_quant(self.head(x))
+        logits = self.head(x)
+        return self.logits_quant(logits) if self.quantize_activations else logits
 
     def batch_norms(self):
         return [layer for layer in self.blocks if isinstance(layer, FusedBatchNorm)]

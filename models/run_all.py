@@ -19,6 +19,15 @@ Tolerances (the column "tolerance" shows the one applied to each output):
     and MatMul and TF's oneDNN kernels sum in different orders, so the quantizer's input can differ
     by a few ulps, and an input that close to a rounding boundary lands on the neighbouring grid
     point. Such an output may differ from TF by at most one grid step (the printed step), anywhere.
+  * normwise (qat_cnn_train_step only): ||ort - tf|| <= 0.1 * ||tf|| per output. Quantization flips:
+    when an activation quantizer's input is computed a few ulps differently (ORT's Conv versus TF's,
+    our batch norm versus oneDNN's) and lies that close to a rounding boundary, the activation moves by
+    a whole grid step (1/255 of its range). In a training step the batch statistics spread that move
+    over the whole channel, the next quantizers flip more elements, and the gradients, sums that cancel
+    strongly, move by up to ~10% of their largest element. Elementwise agreement is therefore not a
+    property this model can have (against TF or any other implementation that rounds differently). The
+    control model cnn_train_step_float is the same graph without the activation quantizers and holds
+    every float op of the training step to rtol 1e-5 (atol 1e-3 * max|tf| for cancelling sums).
   * rtol/atol: every other float output, |ort - tf| <= rtol*|tf| + atol with rtol 1e-5 (a few float32
     ulps: batch norm and convolutions are sums whose order differs between TF's oneDNN kernels and
     ours) and atol = rtol * max|tf| of that output (gradients are sums whose terms cancel, so an
@@ -42,6 +51,14 @@ import numpy as np  # noqa: E402
 MODELS_DIR = Path(__file__).resolve().parent
 LOWERINGS = ("custom", "standard")
 FLOAT_RTOL = 1e-5
+# cnn_train_step_float: batch-norm training gradients (d gamma = sum of dy * x_hat over the batch) are
+# sums whose total is far smaller than their terms, so their rounding error scales with the terms, not
+# with the result: atol = 1e-3 * max|tf|. Observed for d gamma of the first batch norm: 8.4e-5 * max|tf|
+# (custom lowering) and 1.4e-4 * max|tf| (standard lowering, ReduceSum's order); every other output is
+# within rtol 1e-5 alone or nearly so. A wrong op moves outputs by O(max|tf|).
+CANCELLING_SUM_ATOL = 1e-3
+# qat_cnn_train_step: see "quantization flips" in the module docstring.
+TRAIN_STEP_NORMWISE = 0.1
 
 
 # ----------------------------------------------------------------------------------------------
@@ -95,6 +112,10 @@ class ExampleModel:
     all_outputs_exact: bool
     # For quantized outputs behind float ops: loaded SavedModel -> {output: grid step}.
     grid_steps: Optional[Callable] = None
+    # Float outputs: atol = atol_factor * max|tf| of the output (see the module docstring).
+    atol_factor: float = FLOAT_RTOL
+    # When set, float outputs are judged normwise: ||ort - tf||_2 <= normwise * ||tf||_2.
+    normwise: Optional[float] = None
 
     @property
     def saved_model(self) -> Path:
@@ -118,6 +139,15 @@ EXAMPLES = (
         "FusedBatchNormGradV3, DepthwiseConv2dNativeBackprop*)",
         _train_step_inputs,
         all_outputs_exact=False,
+        normwise=TRAIN_STEP_NORMWISE,
+    ),
+    ExampleModel(
+        "cnn_train_step_float",
+        "control: the training step without activation quantizers (float ops and weight FakeQuant*Gradient held "
+        "tight)",
+        _train_step_inputs,
+        all_outputs_exact=False,
+        atol_factor=CANCELLING_SUM_ATOL,
     ),
     ExampleModel(
         "qdq",
@@ -244,9 +274,16 @@ def compare(example: ExampleModel, name, expected, actual, grid_steps) -> Output
         # Grid values are k*step, each rounded once, so one step apart is step up to a rounding.
         step = grid_steps[name]
         tolerance, ok = f"<= 1 step ({step:.4g})", nonfinite_ok and bool((err <= step * (1 + 1e-6)).all())
+    elif example.normwise is not None:
+        e, a = expected.astype(np.float64), actual.astype(np.float64)
+        finite = np.isfinite(e) & np.isfinite(a)
+        ref = float(np.linalg.norm(e[finite]))
+        dist = float(np.linalg.norm((a - e)[finite]))
+        tolerance = f"normwise {example.normwise:g} (got {dist / ref if ref else 0.0:.1e})"
+        ok = nonfinite_ok and dist <= example.normwise * ref
     else:
         finite = np.isfinite(expected)
-        atol = FLOAT_RTOL * float(np.abs(expected[finite]).max(initial=0.0))
+        atol = example.atol_factor * float(np.abs(expected[finite]).max(initial=0.0))
         inside = err <= FLOAT_RTOL * np.abs(expected.astype(np.float64)) + atol
         tolerance, ok = f"rtol {FLOAT_RTOL:.0e} atol {atol:.1e}", nonfinite_ok and bool(inside.all())
     note = ""

@@ -74,6 +74,16 @@ EXPECTED_FAMILY_OPS = {
         "DepthwiseConv2dNativeBackpropInput",
         "DepthwiseConv2dNativeBackpropFilter",
     },
+    "cnn_train_step_float": {
+        "FakeQuantWithMinMaxVars",
+        "FakeQuantWithMinMaxVarsGradient",  # the depthwise kernels' per-tensor weight quantizers
+        "FakeQuantWithMinMaxVarsPerChannelGradient",
+        "FusedBatchNormV3",
+        "FusedBatchNormGradV3",
+        "DepthwiseConv2dNative",
+        "DepthwiseConv2dNativeBackpropInput",
+        "DepthwiseConv2dNativeBackpropFilter",
+    },
     "qdq": {"QuantizeAndDequantizeV2", "QuantizeAndDequantizeV3", "QuantizeAndDequantizeV4", "QuantizeAndDequantizeV4Grad"},
 }
 
@@ -92,7 +102,7 @@ def test_custom_onnx_holds_the_family_ops(example_run):
     batch_norms = [n for n in nodes if n.op_type.startswith("FusedBatchNorm")]
     if example.name == "qat_cnn":
         assert batch_norms and all(_attr(n, "is_training") == 0 for n in batch_norms)
-    if example.name == "qat_cnn_train_step":
+    if example.name.endswith("train_step") or example.name == "cnn_train_step_float":
         assert batch_norms and all(_attr(n, "is_training") == 1 for n in batch_norms)
         strides = {tuple(_attr(n, "strides")) for n in nodes if n.op_type == "DepthwiseConv2dNative"}
         assert strides == {(1, 1, 1, 1), (1, 2, 2, 1)}
