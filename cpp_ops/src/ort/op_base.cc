@@ -1,6 +1,7 @@
 // The ORT-facing half of the adapter framework (see op_base.h).
 #include "ort/op_base.h"
 
+#include <atomic>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -9,6 +10,7 @@
 #include <mutex>
 #include <new>
 #include <sstream>
+#include <string>
 
 namespace tfops {
 namespace ort {
@@ -300,8 +302,19 @@ void ShapeInference::SetOutput(std::size_t index, const TypeShape& ts) {
   Check(api.SetTensorElementType(info.info, ts.type));
   Check(api.SetDimensions(info.info, ts.dims.data(), ts.dims.size()));
   if (!ts.dims.empty()) {
+    // ORT reads a dim of -1 with an empty symbol as the value -1, which then clashes with the real
+    // size at run time. Every unknown dim without a symbol of its own gets a fresh, unique one.
+    static std::atomic<std::uint64_t> next_symbol{0};
+    std::vector<std::string> names(ts.dims.size());
     std::vector<const char*> symbols(ts.dims.size(), "");
-    for (std::size_t i = 0; i < ts.dims.size() && i < ts.symbols.size(); ++i) symbols[i] = ts.symbols[i].c_str();
+    for (std::size_t i = 0; i < ts.dims.size(); ++i) {
+      if (i < ts.symbols.size() && !ts.symbols[i].empty()) {
+        names[i] = ts.symbols[i];
+      } else if (ts.dims[i] < 0) {
+        names[i] = "tfops_unk_" + std::to_string(next_symbol.fetch_add(1));
+      }
+      symbols[i] = names[i].c_str();
+    }
     Check(api.SetSymbolicDimensions(info.info, symbols.data(), symbols.size()));
   }
   Check(api.ShapeInferContext_SetOutputTypeShape(context_, index, info.info));
