@@ -16,6 +16,15 @@ IR_VERSION = 10
 DEFAULT_ONNX_OPSET = 17
 
 
+def elem_type_of(dtype) -> int:
+    """The ONNX element type of a NumPy dtype: the domain's types, or any other onnx knows (so a
+    model can carry a wrongly typed input for the runtime to reject)."""
+    try:
+        return ELEM_TYPES[onnx_type_of(dtype)]
+    except TypeError:
+        return helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+
+
 def node_attributes(op_type: str, attrs: dict) -> dict:
     """Attribute values as they go on an ONNX node: bools become 0/1 ints, everything else as is."""
     spec = get_spec(op_type)
@@ -76,7 +85,7 @@ def make_single_op_model(
     graph_inputs, initializers, in_types = [], [], []
     for i, (name, value) in enumerate(zip(names, inputs)):
         value = np.asarray(value)
-        elem = ELEM_TYPES[onnx_type_of(value.dtype)]
+        elem = elem_type_of(value.dtype)
         in_types.append(elem)
         if i in constant_inputs:
             initializers.append(numpy_helper.from_array(value, name))

@@ -40,10 +40,10 @@ def _bfloat16_outputs(op, inputs):
     """Indices of the outputs that are bfloat16 for these inputs."""
     from onnx import TensorProto
 
-    from ort_ops.schemas import ELEM_TYPES, output_elem_types
-    from ort_ops.spec import onnx_type_of
+    from ort_ops.model import elem_type_of
+    from ort_ops.schemas import output_elem_types
 
-    types = output_elem_types(ort_ops.get_spec(op), [ELEM_TYPES[onnx_type_of(np.asarray(x).dtype)] for x in inputs])
+    types = output_elem_types(ort_ops.get_spec(op), [elem_type_of(np.asarray(x).dtype) for x in inputs])
     return [i for i, t in enumerate(types) if t == TensorProto.BFLOAT16]
 
 

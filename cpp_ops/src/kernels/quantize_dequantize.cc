@@ -198,7 +198,14 @@ void QuantizeDequantizeGradient(const T* g, const T* x, T* dx, const QdqView& vi
   ForEachChannelSegment(view, parallel, [&](int64_t begin, int64_t end, int64_t c) {
     ScopedFlushDenormals flush;
     const T lo = min[c], hi = max[c];
-    for (int64_t i = begin; i < end; ++i) dx[i] = g[i] * ((x[i] >= lo && x[i] <= hi) ? T(1) : T(0));
+    // TF multiplies by a 0/1 mask under flush-to-zero. The compiler may fold g*1 to g (exact in IEEE),
+    // which would skip the flush, so the pass-through side flushes explicitly; g*0 keeps TF's -0 and
+    // inf*0 = NaN.
+    for (int64_t i = begin; i < end; ++i) {
+      const bool inside = x[i] >= lo && x[i] <= hi;
+      const T flushed = std::fabs(g[i]) < std::numeric_limits<T>::min() ? std::copysign(T(0), g[i]) : g[i];
+      dx[i] = inside ? flushed : g[i] * T(0);
+    }
   });
 }
 

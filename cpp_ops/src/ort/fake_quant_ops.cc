@@ -91,7 +91,12 @@ class FakeQuantWithMinMaxArgsGradient {
   void Compute(KernelContext& ctx) const {
     const Tensor g = ctx.Input(0);
     const Tensor x = ctx.Input(1);
-    RequireSameShape(g, x);
+    // TF's Args gradient checks shapes with its generic binary-op message, not the Vars one.
+    if (g.shape != x.shape) {
+      throw OpError(
+          "Inputs to operation FakeQuantWithMinMaxArgsGradient of type FakeQuantWithMinMaxArgsGradient must have the "
+          "same size and shape.  Input 0: " + ShapeString(g.shape) + " != input 1: " + ShapeString(x.shape));
+    }
     float* dx = ctx.Output<float>(0, x.shape);
     FakeQuantGradientInput(g.Data<float>(), x.Data<float>(), dx, x.size, grid_, ctx.parallel());
   }
