@@ -14,19 +14,6 @@ namespace tfops {
 namespace ort {
 namespace {
 
-template <typename T>
-constexpr ONNXTensorElementDataType TypeOf();
-template <>
-constexpr ONNXTensorElementDataType TypeOf<float>() { return kFloat; }
-template <>
-constexpr ONNXTensorElementDataType TypeOf<Half>() { return kFloat16; }
-template <>
-constexpr ONNXTensorElementDataType TypeOf<BFloat16>() { return kBFloat16; }
-
-void ThrowIf(const std::string& error) {
-  if (!error.empty()) throw OpError(error);
-}
-
 constexpr const char* kForwardNames[] = {"", "FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3"};
 constexpr const char* kGradNames[] = {"", "FusedBatchNormGrad", "FusedBatchNormGradV2", "FusedBatchNormGradV3"};
 
@@ -125,7 +112,7 @@ class BatchNormGrad {
 
 template <typename T, int kVersion>
 struct BatchNormOps {
-  static constexpr ONNXTensorElementDataType t = TypeOf<T>();
+  static constexpr ONNXTensorElementDataType t = ElementType<T>();
   CustomOp<BatchNormForward<T, kVersion>> forward{
       {t, kFloat, kFloat, kFloat, kFloat},
       kVersion == 3 ? std::vector<ONNXTensorElementDataType>{t, kFloat, kFloat, kFloat, kFloat, kFloat}

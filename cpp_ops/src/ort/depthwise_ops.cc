@@ -13,22 +13,6 @@ namespace tfops {
 namespace ort {
 namespace {
 
-// The ONNX element type of each kernel storage type.
-template <typename T>
-constexpr ONNXTensorElementDataType TypeOf();
-template <>
-constexpr ONNXTensorElementDataType TypeOf<float>() { return kFloat; }
-template <>
-constexpr ONNXTensorElementDataType TypeOf<double>() { return kDouble; }
-template <>
-constexpr ONNXTensorElementDataType TypeOf<Half>() { return kFloat16; }
-template <>
-constexpr ONNXTensorElementDataType TypeOf<BFloat16>() { return kBFloat16; }
-
-void ThrowIf(const std::string& error) {
-  if (!error.empty()) throw OpError(error);
-}
-
 depthwise::Attrs ReadAttrs(const KernelAttributes& a) {
   depthwise::Attrs out;
   out.strides = a.RequiredInts("strides");
@@ -143,9 +127,9 @@ class DepthwiseBackpropFilter {
 
 template <typename T>
 struct DepthwiseOps {
-  CustomOp<DepthwiseForward<T>> forward{{TypeOf<T>(), TypeOf<T>()}, {TypeOf<T>()}};
-  CustomOp<DepthwiseBackpropInput<T>> backprop_input{{kInt32, TypeOf<T>(), TypeOf<T>()}, {TypeOf<T>()}};
-  CustomOp<DepthwiseBackpropFilter<T>> backprop_filter{{TypeOf<T>(), kInt32, TypeOf<T>()}, {TypeOf<T>()}};
+  CustomOp<DepthwiseForward<T>> forward{{ElementType<T>(), ElementType<T>()}, {ElementType<T>()}};
+  CustomOp<DepthwiseBackpropInput<T>> backprop_input{{kInt32, ElementType<T>(), ElementType<T>()}, {ElementType<T>()}};
+  CustomOp<DepthwiseBackpropFilter<T>> backprop_filter{{ElementType<T>(), kInt32, ElementType<T>()}, {ElementType<T>()}};
 };
 
 DepthwiseOps<float> g_float;

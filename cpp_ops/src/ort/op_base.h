@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/half.h"
 #include "kernels/parallel.h"
 
 namespace tfops {
@@ -50,6 +51,11 @@ class OpError : public std::runtime_error {
  public:
   explicit OpError(const std::string& message) : std::runtime_error(message) {}
 };
+
+// For kernels that report a problem as a message string (empty when all is well).
+inline void ThrowIf(const std::string& error) {
+  if (!error.empty()) throw OpError(error);
+}
 
 // A call into ORT's API failed (out of memory, internal error): carries ORT's message and code.
 class OrtCallError : public std::runtime_error {
@@ -75,8 +81,8 @@ constexpr ONNXTensorElementDataType kFloat16 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLO
 constexpr ONNXTensorElementDataType kBFloat16 = ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16;
 constexpr ONNXTensorElementDataType kInt32 = ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32;
 
-// The element type of a C++ type (float, double, int32_t; 16-bit types are passed as uint16_t bits
-// by the op that knows what they mean, so they have no entry here).
+// The element type of a C++ storage type (float, double, int32_t, and the 16-bit float types of
+// kernels/half.h).
 template <typename T>
 constexpr ONNXTensorElementDataType ElementType();
 template <>
@@ -85,6 +91,10 @@ template <>
 constexpr ONNXTensorElementDataType ElementType<double>() { return kDouble; }
 template <>
 constexpr ONNXTensorElementDataType ElementType<int32_t>() { return kInt32; }
+template <>
+constexpr ONNXTensorElementDataType ElementType<Half>() { return kFloat16; }
+template <>
+constexpr ONNXTensorElementDataType ElementType<BFloat16>() { return kBFloat16; }
 
 const char* ElementTypeName(ONNXTensorElementDataType type);
 
