@@ -102,7 +102,8 @@ def test_golden(op, backend):
     assert not failures, f"{len(failures)} of {len(cases)} cases fail:\n" + "\n".join(failures[:20])
 
 
-def _tf(op, inputs, attrs):
+def tf_raw_op(op, inputs, attrs):
+    """The outputs of ``tf.raw_ops.<op>`` called with the spec's input names, as NumPy arrays."""
     spec = ort_ops.get_spec(op)
     out = getattr(tf.raw_ops, op)(**{p.name: x for p, x in zip(spec.inputs, inputs)}, **attrs)
     return [o.numpy() for o in (out if isinstance(out, (list, tuple)) else [out])]
@@ -151,7 +152,7 @@ def test_live_against_tensorflow(op, backend):
     failures = []
     for i in range(300 if backend == "numpy" else 120):
         inputs, attrs = _random_case(op, rng)
-        expected = _tf(op, inputs, attrs)
+        expected = tf_raw_op(op, inputs, attrs)
         got = run(backend, op, inputs, attrs)
         why = outputs_mismatch(op, inputs, expected, got)
         if why:

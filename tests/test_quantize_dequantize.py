@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
 import ort_ops
 from backends import BackendError, run
 from golden_io import load_cases
-from test_fake_quant import bit_mismatch, key_phrase
+from test_fake_quant import bit_mismatch, key_phrase, tf_raw_op
 
 OPS = ("QuantizeAndDequantizeV2", "QuantizeAndDequantizeV3", "QuantizeAndDequantizeV4", "QuantizeAndDequantizeV4Grad")
 
@@ -50,12 +49,6 @@ def test_golden(op, backend):
     assert not failures, f"{len(failures)} of {len(cases)} cases fail:\n" + "\n".join(failures[:20])
 
 
-def _tf(op, inputs, attrs):
-    spec = ort_ops.get_spec(op)
-    out = getattr(tf.raw_ops, op)(**{p.name: x for p, x in zip(spec.inputs, inputs)}, **attrs)
-    return [o.numpy() for o in (out if isinstance(out, (list, tuple)) else [out])]
-
-
 def _random_case(op, rng):
     dtype = np.float32 if rng.random() < 0.5 else np.float64
     shape = tuple(int(d) for d in rng.integers(1, 5, int(rng.integers(1, 4))))
@@ -86,7 +79,7 @@ def test_live_against_tensorflow(op, backend):
     failures = []
     for i in range(300 if backend == "numpy" else 100):
         inputs, attrs = _random_case(op, rng)
-        why = mismatch(_tf(op, inputs, attrs), run(backend, op, inputs, attrs))
+        why = mismatch(tf_raw_op(op, inputs, attrs), run(backend, op, inputs, attrs))
         if why:
             failures.append(f"case {i} attrs={attrs}: {why}")
     assert not failures, f"{len(failures)} cases fail:\n" + "\n".join(failures[:10])
@@ -107,7 +100,7 @@ def test_per_axis_given_range_matches_per_channel_tf(op, backend):
         got = run(backend, op, [x, mins, maxs], dict(attrs, axis=axis, range_given=True))[0]
         for c in range(d):
             chan = np.take(x, c, axis=axis)
-            want = _tf(op, [chan, mins[c], maxs[c]], dict(attrs, range_given=True))[0]
+            want = tf_raw_op(op, [chan, mins[c], maxs[c]], dict(attrs, range_given=True))[0]
             assert bit_mismatch(want, np.take(got, c, axis=axis)) is None
 
 
