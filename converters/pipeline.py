@@ -15,6 +15,7 @@ import onnx
 from converters.completeness import check_fully_converted
 from converters.errors import ConversionError, LoweringError
 from converters.family import FAMILY_OPS, shield_family_nodes, shielded_type
+from converters.gradients import gradient_handlers, shield_gradient_nodes
 from converters.lowering_custom import lower_to_custom_node
 from converters.verification import EXACT_OUTPUTS_KEY, quantization_outputs
 from ort_ops.model import IR_VERSION
@@ -65,7 +66,9 @@ def _family_handlers(lowering: str, failures: list) -> dict:
 
         return handler
 
-    return {shielded_type(op): (make_handler(op), []) for op in FAMILY_OPS}
+    handlers = {shielded_type(op): (make_handler(op), []) for op in FAMILY_OPS}
+    handlers.update(gradient_handlers(lowering, failures))
+    return handlers
 
 
 def convert_frozen_graph(
@@ -101,6 +104,7 @@ def convert_frozen_graph(
         for g in [main_g] + subgraphs:
             g.set_config(None, opset, extra_opset)
             shield_family_nodes(g)
+            shield_gradient_nodes(g)
         exact_outputs = quantization_outputs(tf_graph, output_names, tensors_to_rename)
         g = process_graphs(
             main_g, subgraphs, handlers, [], [], True, None, initialized_tables, tensors_to_rename
