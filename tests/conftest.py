@@ -1,4 +1,15 @@
+"""Suite-wide setup: TensorFlow's kernel mode is pinned, and tests that need TensorFlow are marked.
+
+* ``TF_ENABLE_ONEDNN_OPTS=0`` is set here, before any test module imports TensorFlow, whatever the
+  environment says: TF's default depends on the CPU (oneDNN on with AVX-512), and results and even output
+  shapes differ between its two kernel sets. Tests that claim agreement with oneDNN run it explicitly in a
+  child process (tests/tf_modes.py).
+* A test module that needs TensorFlow declares ``pytestmark = pytest.mark.tensorflow``. Golden tests never
+  import TensorFlow, so ``pytest tests -m "not tensorflow"`` runs them all where TF is not installed: the
+  TF modules are then deselected without being imported (listed at the end of the run).
+"""
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -8,7 +19,63 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from tf_modes import pin_eigen  # noqa: E402
+
+pin_eigen()
+
 from backends import BACKENDS  # noqa: E402
+
+TENSORFLOW_MARKER = "tensorflow"
+_DECLARES_TF = re.compile(r"^pytestmark\s*=.*\bmark\.tensorflow\b", re.M)
+_deselected_modules = []
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", f"{TENSORFLOW_MARKER}: needs TensorFlow (live comparisons, conversions)")
+
+
+def _marker_expression_excludes_tensorflow(config) -> bool:
+    expression = config.getoption("markexpr", "")
+    if not expression:
+        return False
+    from _pytest.mark.expression import Expression
+
+    compiled = Expression.compile(expression)
+    matcher = lambda name, **kwargs: name == TENSORFLOW_MARKER  # noqa: E731
+    return not compiled.evaluate(matcher)
+
+
+def pytest_ignore_collect(collection_path, config):
+    """A TF module is not even imported when ``-m`` deselects the tensorflow marker (TF may be absent)."""
+    if collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
+        return None
+    if not _marker_expression_excludes_tensorflow(config):
+        return None
+    if _DECLARES_TF.search(collection_path.read_text(encoding="utf-8")):
+        _deselected_modules.append(collection_path.name)
+        return True
+    return None
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _deselected_modules:
+        names = ", ".join(sorted(_deselected_modules))
+        terminalreporter.write_line(f"deselected by -m, not imported: {len(_deselected_modules)} TensorFlow modules ({names})")
+
+
+def _imports_tensorflow(module) -> bool:
+    return any(getattr(value, "__name__", "").split(".")[0] == "tensorflow" and type(value) is type(sys)
+               for value in vars(module).values())
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every test of a module that imports TensorFlow must carry the marker, or the TF-free run breaks."""
+    unmarked = [item.nodeid for item in items
+                if getattr(item, "module", None) is not None and _imports_tensorflow(item.module)
+                if not item.get_closest_marker(TENSORFLOW_MARKER)]
+    if unmarked:
+        raise pytest.UsageError("tests in modules that import TensorFlow lack pytest.mark.tensorflow: "
+                                + ", ".join(sorted({u.split("::")[0] for u in unmarked})))
 
 
 @pytest.fixture(params=BACKENDS)

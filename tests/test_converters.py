@@ -20,6 +20,8 @@ import ort_ops
 from converters.errors import UnconvertedOpsError
 from ort_ops.schemas import DOMAIN
 
+pytestmark = pytest.mark.tensorflow
+
 LOWERINGS = ("custom", "standard")
 rng = np.random.default_rng(1234)
 

@@ -2,7 +2,7 @@
 
 * goldens (tools/goldens/gen_depthwise.py): TF's Eigen kernels, oneDNN (dilations, NCHW) and the dilated
   gradients through tf.nn.depthwise_conv2d's space-to-batch path, plus every input TF rejects (with TF's message);
-* live differential tests against the installed TF on a seeded random grid;
+* (live differential tests against the installed TF, Eigen and oneDNN: test_depthwise_live.py);
 * float64 finite differences of both backprops against the forward op;
 * bad input: every error class, each message naming the op;
 * the onnx reference evaluator running each op.
@@ -18,13 +18,10 @@ NaN and +-inf must appear at exactly the same places.
 """
 from __future__ import annotations
 
-import functools
-
 import ml_dtypes
 import numpy as np
 import onnx
 import pytest
-import tensorflow as tf
 
 import ort_ops
 from backends import BackendError, run
@@ -125,7 +122,7 @@ def test_goldens_cover_the_grid():
         assert needle in notes, needle
 
 
-# ---------------------------------------------------------------------------------------------- live TF tests
+# ------------------------------------------------------------------------------------------ layout helpers
 
 
 def _nhwc(a, fmt):
@@ -138,90 +135,6 @@ def _from_nhwc(a, fmt):
 
 def _attr4(fmt, row, col):
     return [1, 1, row, col] if fmt == "NCHW" else [1, row, col, 1]
-
-
-def _tf_oracle(x_nhwc, w, dy_nhwc, s, pad, ep_nhwc, dil):
-    """TF's three results in NHWC. Undilated: the raw ops (any TF build runs them in NHWC). Dilated (stride 1,
-    SAME/VALID): tf.nn.depthwise_conv2d, which goes through space-to-batch, and its gradients by GradientTape."""
-    if dil == (1, 1):
-        attrs = {"strides": [1, s, s, 1], "padding": pad, "explicit_paddings": ep_nhwc}
-        y = tf.raw_ops.DepthwiseConv2dNative(input=x_nhwc, filter=w, **attrs).numpy()
-        if dy_nhwc is None:
-            return y, None, None
-        dx = tf.raw_ops.DepthwiseConv2dNativeBackpropInput(
-            input_sizes=np.array(x_nhwc.shape, np.int32), filter=w, out_backprop=dy_nhwc, **attrs).numpy()
-        dw = tf.raw_ops.DepthwiseConv2dNativeBackpropFilter(
-            input=x_nhwc, filter_sizes=np.array(w.shape, np.int32), out_backprop=dy_nhwc, **attrs).numpy()
-        return y, dx, dw
-    xt, wt = tf.constant(x_nhwc), tf.constant(w)
-    with tf.GradientTape(persistent=True) as tape:
-        tape.watch([xt, wt])
-        y = tf.nn.depthwise_conv2d(xt, wt, [1, 1, 1, 1], pad, dilations=list(dil))
-    if dy_nhwc is None:
-        return y.numpy(), None, None
-    dx, dw = tape.gradient(y, [xt, wt], output_gradients=tf.constant(dy_nhwc))
-    return y.numpy(), dx.numpy(), dw.numpy()
-
-
-@functools.lru_cache(maxsize=None)
-def live_cases(count=200, seed=2024):
-    """Seeded random cases over the grid with TF's results; shared by both backends."""
-    rng = np.random.default_rng(seed)
-    cases = []
-    while len(cases) < count:
-        dtype = DTYPES[len(cases) % 4]
-        fmt = ("NHWC", "NCHW")[(len(cases) // 4) % 2]
-        n = int(rng.choice([1, 1, 2, 0])) if len(cases) % 23 else 0
-        h, w_ = (int(v) for v in rng.integers(2, 10, 2))
-        c = int(rng.choice([1, 3, 5, 7]))
-        m = int(rng.choice([1, 2, 3, 8, 9]))
-        kh, kw = (int(v) for v in rng.integers(1, 4, 2))
-        s = int(rng.integers(1, 3))
-        pad = ("SAME", "VALID", "EXPLICIT")[int(rng.integers(0, 3))]
-        dil = (1, 1)
-        if s == 1 and pad != "EXPLICIT" and rng.random() < 0.4:
-            dil = (int(rng.integers(1, 4)), int(rng.integers(1, 4)))
-        pads = [int(v) for v in rng.integers(0, 3, 4)] if pad == "EXPLICIT" else None
-        ep_nhwc = [0, 0, *pads, 0, 0] if pads else []
-        ep = ([0, 0, 0, 0, *pads] if fmt == "NCHW" else ep_nhwc) if pads else []
-        x = (rng.standard_normal((n, h, w_, c)) * 2).astype(dtype)
-        wt = (rng.standard_normal((kh, kw, c, m)) * 2).astype(dtype)
-        try:
-            y, _, _ = _tf_oracle(x, wt, None, s, pad, ep_nhwc, dil)
-        except tf.errors.InvalidArgumentError:
-            continue  # a negative output size: the error tests cover it
-        if y.size == 0 and dil != (1, 1):
-            continue
-        dy = (rng.standard_normal(y.shape) * 2).astype(dtype)
-        y, dx, dw = _tf_oracle(x, wt, dy, s, pad, ep_nhwc, dil)
-        if dy.size == 0:
-            dw = None  # TF's Eigen BackpropFilter returns uninitialized memory for an empty out_backprop
-        attrs = {"strides": _attr4(fmt, s, s), "padding": pad, "explicit_paddings": ep, "data_format": fmt,
-                 "dilations": _attr4(fmt, *dil)}
-        xl, dyl = _from_nhwc(x, fmt), _from_nhwc(dy, fmt)
-        note = f"{dtype.name} {fmt} N={n} {h}x{w_}x{c} k={kh}x{kw} M={m} s={s} {pad} {ep} dil={dil}"
-        cases.append({"attrs": attrs, "note": note, "runs": [
-            (FWD, [xl, wt], _from_nhwc(y, fmt)),
-            (BPI, [np.array(xl.shape, np.int32), wt, dyl], _from_nhwc(dx, fmt)),
-            (BPF, [xl, np.array(wt.shape, np.int32), dyl], dw),
-        ]})
-    return tuple(cases)
-
-
-@pytest.mark.parametrize("op", OPS)
-def test_live_against_tensorflow(backend, op):
-    cases = live_cases()
-    checked = 0
-    for case in cases:
-        for run_op, inputs, want in case["runs"]:
-            if run_op != op or want is None:
-                continue
-            (got,) = run(backend, op, inputs, case["attrs"])
-            assert_close(op, got, want, inputs, case["attrs"], f"{op} [{case['note']}]")
-            checked += 1
-    assert checked > 120
-    notes = " ".join(c["note"] for c in cases)
-    assert "dil=(2" in notes and "NCHW" in notes and "bfloat16" in notes and "N=0" in notes
 
 
 # ------------------------------------------------------------------------------------- finite differences

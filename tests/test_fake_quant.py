@@ -1,19 +1,18 @@
-"""Conformance of the FakeQuantWithMinMax* ops: bit for bit against TensorFlow 2.21.
+"""Conformance of the FakeQuantWithMinMax* ops: bit for bit against TensorFlow 2.21's golden cases.
 
-Golden cases (tests/golden/FakeQuant*.npz, written by tools/goldens/gen_fake_quant.py) and live
-random cases run through TF itself; every test runs on the NumPy kernels and through ONNX Runtime.
+Golden cases (tests/golden/FakeQuant*.npz, written by tools/goldens/gen_fake_quant.py), bad input and the
+reference evaluator; every test runs on the NumPy kernels and through ONNX Runtime. No TensorFlow here:
+the live comparisons are in test_fake_quant_live.py.
 """
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pytest
-import tensorflow as tf
 
 import ort_ops
 from backends import BackendError, run
 from golden_io import load_cases
+from quantization_checks import check_error, outputs_mismatch
 
 F32 = np.float32
 OPS = (
@@ -24,59 +23,6 @@ OPS = (
     "FakeQuantWithMinMaxVarsPerChannel",
     "FakeQuantWithMinMaxVarsPerChannelGradient",
 )
-SUMMED = {"FakeQuantWithMinMaxVarsGradient", "FakeQuantWithMinMaxVarsPerChannelGradient"}
-
-
-def bit_mismatch(expected, actual):
-    """None when ``actual`` equals ``expected`` bit for bit (NaN signs and payloads included), else why not."""
-    expected, actual = np.asarray(expected), np.asarray(actual)
-    if expected.dtype != actual.dtype or expected.shape != actual.shape:
-        return f"dtype/shape {actual.dtype}{actual.shape} != {expected.dtype}{expected.shape}"
-    nan_e, nan_a = np.isnan(expected), np.isnan(actual)
-    if (nan_e != nan_a).any():
-        return "NaN positions differ"
-    uint = {4: np.uint32, 8: np.uint64}[expected.dtype.itemsize]
-    diff = (expected.view(uint) != actual.view(uint))
-    if diff.any():
-        i = np.flatnonzero(diff.reshape(-1))[0]
-        return f"{diff.sum()} values differ, first at {i}: {actual.reshape(-1)[i]!r} != {expected.reshape(-1)[i]!r}"
-    return None
-
-
-def sum_mismatch(expected, actual, gradients):
-    """Summed outputs may be accumulated in any order: within 1e-6 * sum|g|, NaN-ness equal."""
-    expected, actual = np.asarray(expected), np.asarray(actual)
-    if expected.dtype != actual.dtype or expected.shape != actual.shape:
-        return f"dtype/shape {actual.dtype}{actual.shape} != {expected.dtype}{expected.shape}"
-    if (np.isnan(expected) != np.isnan(actual)).any():
-        return "NaN positions differ"
-    g = np.abs(np.asarray(gradients, dtype=np.float64))
-    tol = 1e-6 * g[np.isfinite(g)].sum()
-    ok = np.isnan(expected) | (expected == actual) | (np.abs(expected.astype(np.float64) - actual) <= tol)
-    return None if ok.all() else f"sums differ: {actual} != {expected} (tolerance {tol})"
-
-
-def outputs_mismatch(op, inputs, expected, actual):
-    if len(expected) != len(actual):
-        return f"{len(actual)} outputs, expected {len(expected)}"
-    for k, (e, a) in enumerate(zip(expected, actual)):
-        why = sum_mismatch(e, a, inputs[0]) if (op in SUMMED and k > 0) else bit_mismatch(e, a)
-        if why:
-            return f"output {k}: {why}"
-    return None
-
-
-def key_phrase(message: str) -> str:
-    """The part of TF's message before the first number: what every implementation must say."""
-    return re.split(r"[-+]?\d", message, maxsplit=1)[0].strip(" :,")
-
-
-def check_error(op, backend, inputs, attrs, tf_message):
-    with pytest.raises(BackendError) as info:
-        run(backend, op, inputs, attrs)
-    text = str(info.value)
-    assert op in text, f"error does not name the op: {text}"
-    assert key_phrase(tf_message) in text, f"{text!r} lacks {key_phrase(tf_message)!r}"
 
 
 @pytest.mark.parametrize("op", OPS)
@@ -100,64 +46,6 @@ def test_golden(op, backend):
         if why:
             failures.append(f"case {i} ({case['note']}): {why}")
     assert not failures, f"{len(failures)} of {len(cases)} cases fail:\n" + "\n".join(failures[:20])
-
-
-def tf_raw_op(op, inputs, attrs):
-    """The outputs of ``tf.raw_ops.<op>`` called with the spec's input names, as NumPy arrays."""
-    spec = ort_ops.get_spec(op)
-    out = getattr(tf.raw_ops, op)(**{p.name: x for p, x in zip(spec.inputs, inputs)}, **attrs)
-    return [o.numpy() for o in (out if isinstance(out, (list, tuple)) else [out])]
-
-
-def _random_case(op, rng):
-    """Random attrs and inputs that land on grid points, ties, bounds and beyond."""
-    bits = int(rng.integers(2, 17))
-    narrow = bool(rng.integers(0, 2))
-    per_channel = "PerChannel" in op
-    depth = int(rng.integers(1, 5)) if per_channel else 1
-    lo = rng.uniform(-10, 2, depth)
-    hi = lo + rng.choice([rng.uniform(0.01, 10), 2.0 ** rng.integers(-3, 4)], depth)
-    if rng.random() < 0.1:
-        lo, hi = rng.uniform(0.1, 2, depth), rng.uniform(2, 4, depth)  # min > 0
-    mins, maxs = lo.astype(F32), hi.astype(F32)
-    if "Args" in op:
-        mins, maxs = mins[:1], maxs[:1]
-    from ort_ops.reference import _fake_quant as fq
-
-    qmin, qmax = fq.quant_bounds(bits, narrow)
-    nmin, nmax, scale, _ = fq.nudge(mins, maxs, qmin, qmax)
-    rows = int(rng.integers(1, 12))
-    k = rng.integers(-2, qmax - qmin + 3, (rows, depth)).astype(F32)
-    half = rng.choice(F32([0, 0.5, 0.49999997, 0.50000006, 0.25]), (rows, depth)).astype(F32)
-    x = (nmin + (k + half) * scale).astype(F32)
-    x[rng.random(x.shape) < 0.1] = np.nan
-    shape = (rows, depth) if per_channel else (rows * depth,)
-    x = x.reshape(shape)
-    attrs = {"num_bits": bits, "narrow_range": narrow}
-    if "Args" in op:
-        attrs.update(min=float(mins[0]), max=float(maxs[0]))
-        inputs = [x]
-    elif per_channel:
-        inputs = [x, mins, maxs]
-    else:
-        inputs = [x, mins[0], maxs[0]]
-    if op.endswith("Gradient"):
-        inputs = [rng.standard_normal(x.shape).astype(F32)] + inputs
-    return inputs, attrs
-
-
-@pytest.mark.parametrize("op", OPS)
-def test_live_against_tensorflow(op, backend):
-    rng = np.random.default_rng(sum(map(ord, op)))
-    failures = []
-    for i in range(300 if backend == "numpy" else 120):
-        inputs, attrs = _random_case(op, rng)
-        expected = tf_raw_op(op, inputs, attrs)
-        got = run(backend, op, inputs, attrs)
-        why = outputs_mismatch(op, inputs, expected, got)
-        if why:
-            failures.append(f"case {i} attrs={attrs}: {why}")
-    assert not failures, f"{len(failures)} cases fail:\n" + "\n".join(failures[:10])
 
 
 X = np.linspace(-2, 2, 6, dtype=F32).reshape(2, 3)

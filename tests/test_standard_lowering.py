@@ -26,6 +26,8 @@ from converters.errors import LoweringError  # noqa: E402
 from converters.standard import STANDARD_LOWERINGS  # noqa: E402
 from ort_ops.model import IR_VERSION  # noqa: E402
 
+pytestmark = pytest.mark.tensorflow
+
 RNG_SEED = 1234
 
 

@@ -23,6 +23,8 @@ import ort_ops
 from converters.verification import compare_output
 from ort_ops.schemas import DOMAIN
 
+pytestmark = pytest.mark.tensorflow
+
 rng = np.random.default_rng(99)
 
 

@@ -2,6 +2,9 @@
 
 A case records TF's outputs, or TF's error message (without TF's "{{function_node ...}}" prefix and
 "[Op:...]" suffix) for input TF rejects. Never feed a case that makes TF abort the process.
+
+Importing this module pins TF to its Eigen kernels (``TF_ENABLE_ONEDNN_OPTS=0``) unless the caller pinned a
+mode already: TF's default depends on the CPU (oneDNN on with AVX-512), and the goldens must not.
 """
 from __future__ import annotations
 
@@ -9,10 +12,19 @@ import os
 import re
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
 import numpy as np  # noqa: E402
 
 import ort_ops  # noqa: E402
+
+
+def check_tf_mode(onednn: bool) -> None:
+    """Stop a generator whose TF does not run the kernels it claims to record."""
+    from tensorflow.python.util import _pywrap_util_port
+
+    if bool(_pywrap_util_port.IsMklEnabled()) != onednn:
+        raise SystemExit(f"TensorFlow's oneDNN mode is {not onednn}, expected {onednn}: set TF_ENABLE_ONEDNN_OPTS")
 
 
 def tf_error_message(exc) -> str:

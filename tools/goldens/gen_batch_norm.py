@@ -1,8 +1,8 @@
 """Golden cases for FusedBatchNorm{,V2,V3} and FusedBatchNormGrad{,V2,V3}, computed by TensorFlow.
 
 Re-run with ``PYTHONPATH=. python tools/goldens/gen_batch_norm.py`` (writes tests/golden/FusedBatchNorm*.npz).
-TensorFlow runs as installed (TF_ENABLE_ONEDNN_OPTS is left alone, so whatever its default build does is
-what the goldens hold; the TF 2.21 CPU wheel on this machine reports oneDNN off and runs the Eigen kernels).
+TensorFlow runs its Eigen kernels (TF_ENABLE_ONEDNN_OPTS=0 is pinned here, whatever the CPU; the suite compares
+with oneDNN live, in tests/test_batch_norm_live.py).
 
 Grid: every version, NHWC/NCHW (and NDHWC/NCDHW for V3), training with exponential_avg_factor 1 and 0.25,
 inference, every x dtype the CPU kernels take, channel counts 1, 3, 8, 17 (below, at and above one
@@ -11,8 +11,7 @@ that order), R == 1, an empty batch, negative variance, and every class of input
 
 Outputs TF leaves undefined are not compared: they are stored as ``UNCHECKED`` (an empty bool array, a dtype no
 output of these ops has), and the note says why. Those are reserve_space_1/2 of the forward ops in inference
-mode and for an empty x (TF's Eigen kernel never writes them: uninitialized memory), and, only where TF runs
-the oneDNN kernels, reserve_space_3 of V3 / reserve_space_4/5 of GradV3, whose shapes oneDNN changes.
+mode and for an empty x (TF's Eigen kernel never writes them: uninitialized memory).
 """
 from __future__ import annotations
 
@@ -22,6 +21,7 @@ import sys
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ["TF_ENABLE_ONEDNN_OPTS"] = "0"
 
 import ml_dtypes  # noqa: E402
 import numpy as np  # noqa: E402
@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from golden_io import save_cases  # noqa: E402
+from tools.goldens._common import check_tf_mode  # noqa: E402
 
 import ort_ops  # noqa: E402
 
@@ -45,15 +46,6 @@ CHANNELS = (1, 3, 8, 17)
 SPATIAL_4D = ((2, 3, 3), (1, 2, 2), (2, 5, 2), (3, 1, 1))
 SPATIAL_5D = ((1, 2, 3, 3), (2, 1, 2, 1))
 EPSILON = float(np.float32(1e-4))
-
-
-def _oneDNN_on() -> bool:
-    from tensorflow.python.util import _pywrap_util_port
-
-    return bool(_pywrap_util_port.IsMklEnabled())
-
-
-ONEDNN = _oneDNN_on()
 
 
 def tf_message(err: Exception) -> str:
@@ -262,10 +254,6 @@ def run_case(op, case):
     unchecked = []
     if not is_grad and (not attrs["is_training"] or case["inputs"][0].size == 0):
         unchecked += [3, 4]  # uninitialized memory in TF's Eigen kernel
-    if ONEDNN and op == "FusedBatchNormV3":
-        unchecked.append(5)  # oneDNN returns shape [0] instead of the scalar 0
-    if ONEDNN and op == "FusedBatchNormGradV3":
-        unchecked += [3, 4]  # oneDNN returns scalars instead of shape-[0] placeholders
     for i in unchecked:
         outputs[i] = UNCHECKED
     if unchecked:
@@ -275,7 +263,8 @@ def run_case(op, case):
 
 
 def main():
-    print(f"TensorFlow {tf.__version__}, oneDNN {'on' if ONEDNN else 'off'}")
+    check_tf_mode(onednn=False)
+    print(f"TensorFlow {tf.__version__}, Eigen kernels (oneDNN off)")
     for op, make in [(op, forward_cases) for op in FORWARD] + [(op, grad_cases) for op in GRADIENT]:
         cases = [run_case(op, c) for c in make(op)]
         path = save_cases(op, cases)

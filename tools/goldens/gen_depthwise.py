@@ -3,7 +3,7 @@
 Re-run with ``PYTHONPATH=. python tools/goldens/gen_depthwise.py`` (writes tests/golden/DepthwiseConv2dNative*.npz).
 
 TF's CPU build has two kernel sets for these ops, and whether oneDNN is on by default depends on the CPU
-(on this AMD AVX2 machine TF reports it off). So the generator does not rely on the default: it runs two
+(on with AVX-512). So the generator does not rely on the default: it runs two
 child processes, one per oracle, and every case's note starts with the oracle that produced it:
 
 * ``eigen:`` TF_ENABLE_ONEDNN_OPTS=0, TF's own Eigen kernels: NHWC, dilations 1, all four dtypes. The reference
@@ -290,6 +290,9 @@ class Generator:
 
 
 def child(oracle, out_dir):
+    from tools.goldens._common import check_tf_mode
+
+    check_tf_mode(onednn=oracle == "onednn")
     gen = Generator(oracle)
     getattr(gen, oracle)()
     for op, cases in gen.cases.items():

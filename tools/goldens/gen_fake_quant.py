@@ -7,8 +7,12 @@ aborts on (a scalar input to the PerChannel ops) are not run here; the tests hol
 """
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
+
+# TF's Eigen kernels, whatever the CPU's default (oneDNN on with AVX-512): see tools/goldens/_common.py.
+os.environ["TF_ENABLE_ONEDNN_OPTS"] = "0"
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
@@ -17,7 +21,7 @@ import numpy as np  # noqa: E402
 
 from golden_io import save_cases  # noqa: E402
 from ort_ops.reference import _fake_quant as fq  # noqa: E402
-from tools.goldens._common import neighbours, specials, tf_case  # noqa: E402
+from tools.goldens._common import check_tf_mode, neighbours, specials, tf_case  # noqa: E402
 
 F32 = np.float32
 RANGES = [(-6.0, 6.0), (-1.0, 1.0), (0.0, 1.0), (1.0, 3.0), (-3.0, -1.0), (-0.1, 0.25), (-127.5, 127.5)]
@@ -169,6 +173,7 @@ GENERATORS = {
 
 
 def main():
+    check_tf_mode(onednn=False)
     for i, (op, gen) in enumerate(GENERATORS.items()):
         cases = gen(op, np.random.default_rng(1000 + i))
         path = save_cases(op, cases)

@@ -6,8 +6,12 @@ the tests hold them. Seeds are fixed.
 """
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
+
+# TF's Eigen kernels, whatever the CPU's default (oneDNN on with AVX-512): see tools/goldens/_common.py.
+os.environ["TF_ENABLE_ONEDNN_OPTS"] = "0"
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
@@ -16,7 +20,7 @@ import numpy as np  # noqa: E402
 
 from golden_io import save_cases  # noqa: E402
 from qdq_order_cases import nan_order_case  # noqa: E402
-from tools.goldens._common import neighbours, specials, tf_case  # noqa: E402
+from tools.goldens._common import check_tf_mode, neighbours, specials, tf_case  # noqa: E402
 
 RANGES = [(-1.0, 1.0), (-6.0, 6.0), (0.5, 2.0), (-3.0, -0.5), (1.0, 1.0), (0.0, 0.0), (-0.3, 0.7)]
 BITS = (1, 2, 3, 4, 8, 16, 23, 32, 52, 61)
@@ -143,6 +147,7 @@ GENERATORS = {
 
 
 def main():
+    check_tf_mode(onednn=False)
     for i, (op, gen) in enumerate(GENERATORS.items()):
         cases = gen(op, np.random.default_rng(2000 + i))
         path = save_cases(op, cases)
