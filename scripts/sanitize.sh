@@ -1,25 +1,47 @@
 #!/bin/sh
 # Builds an AddressSanitizer + UndefinedBehaviorSanitizer variant of the custom-op library in its own
-# build folder and runs the C++ parity and bad-input tests against it.
+# build folder and runs every C++ test file (tests/test_cpp_*.py: parity with the NumPy kernels and
+# bad input, for every op family) against it.
 #
 #   scripts/sanitize.sh [extra pytest args]
 #
-# Python itself is not instrumented, so the ASan runtime is preloaded; leak checking is off (the
-# interpreter and onnxruntime keep allocations until exit); any UBSan report aborts the run.
+# Python is the repository's .venv (made by scripts/setup.sh) unless PYTHON names another one. CMake
+# and Ninja are taken from .venv/bin first (setup.sh installs both from PyPI), so a machine needs
+# only a C++ compiler with the sanitizer runtimes. Python itself is not instrumented, so the ASan
+# runtime is preloaded; leak checking is off (the interpreter and onnxruntime keep allocations until
+# exit); any UBSan report aborts the run.
 set -eu
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-PYTHON=${PYTHON:-/work/venv/bin/python}
+PYTHON=${PYTHON:-"$ROOT/.venv/bin/python"}
 BUILD="$ROOT/build/sanitize"
 
-cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTFOPS_SANITIZE=ON >/dev/null
-cmake --build "$BUILD"
+if [ ! -x "$PYTHON" ]; then
+    echo "sanitize.sh: no Python at $PYTHON (run scripts/setup.sh, or set PYTHON)" >&2
+    exit 1
+fi
+PATH="$ROOT/.venv/bin:$PATH"
+export PATH
+if command -v ninja >/dev/null 2>&1; then
+    GENERATOR=Ninja
+else
+    GENERATOR="Unix Makefiles"
+fi
+# A build folder configured with another generator cannot be reused.
+if [ -f "$BUILD/CMakeCache.txt" ] && ! grep -qx "CMAKE_GENERATOR:INTERNAL=$GENERATOR" "$BUILD/CMakeCache.txt"; then
+    rm -rf "$BUILD"
+fi
+
+cmake -S "$ROOT" -B "$BUILD" -G "$GENERATOR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTFOPS_SANITIZE=ON >/dev/null
+cmake --build "$BUILD" --parallel
 
 ASAN_RUNTIME=$(${CXX:-c++} -print-file-name=libasan.so)
 UBSAN_RUNTIME=$(${CXX:-c++} -print-file-name=libubsan.so)
-if [ ! -f "$ASAN_RUNTIME" ]; then
-    echo "sanitize.sh: no ASan runtime found ($ASAN_RUNTIME)" >&2
-    exit 1
-fi
+for runtime in "$ASAN_RUNTIME" "$UBSAN_RUNTIME"; do
+    if [ ! -f "$runtime" ]; then
+        echo "sanitize.sh: sanitizer runtime not found ($runtime)" >&2
+        exit 1
+    fi
+done
 
 cd "$ROOT"
 ORT_OPS_LIBRARY="$BUILD/libort_tf_ops.so" \
@@ -28,5 +50,5 @@ ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 PYTHONPATH="$ROOT" \
 TF_CPP_MIN_LOG_LEVEL=2 \
-    "$PYTHON" -m pytest -q -p no:cacheprovider \
-        tests/test_cpp_quantization.py tests/test_cpp_isolation.py tests/test_cpp_library.py "$@"
+TF_ENABLE_ONEDNN_OPTS=0 \
+    "$PYTHON" -m pytest -q -p no:cacheprovider tests/test_cpp_*.py "$@"

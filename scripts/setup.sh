@@ -9,4 +9,6 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
   .venv/bin/python -m pip install -q --upgrade pip
 fi
-.venv/bin/python -m pip install -q ".[test]"
+# cmake and ninja from PyPI: scripts/sanitize.sh builds the library itself and must not depend on
+# what the machine has installed (pip's own build of the project gets them in its build env).
+.venv/bin/python -m pip install -q ".[test]" cmake ninja
