@@ -1,7 +1,8 @@
 """Time every op of the domain: TensorFlow's own kernel, ONNX Runtime with our library, and a memory floor.
 
-    cd /work/main && PYTHONPATH=. python benchmarks/bench_ops.py [--threads 2] [--repeat 10]
-                                        [--ops FakeQuantWithMinMaxVars ...] [--shape 16,56,56,128]
+    # from the repository root:
+    PYTHONPATH=. python benchmarks/bench_ops.py [--threads 2] [--repeat 10]
+                       [--ops FakeQuantWithMinMaxVars ...] [--shape 16,56,56,128]
 
 One process, one machine, one thread count for all three:
   * TF: a tf.function calling tf.raw_ops.<Op> on tensors already in TF (TF 2.21's default build, so

@@ -1,6 +1,7 @@
 """Writes the example SavedModels into models/<name>/saved_model (re-runnable, deterministic).
 
-    cd /work/main && PYTHONPATH=. python -m models.make_models [--only NAME ...]
+    # from the repository root:
+    PYTHONPATH=. python -m models.make_models [--only NAME ...]
 
 - qat_cnn: the quantization-aware CNN of models/qat_network.py in inference form (serving_default:
   images [batch, 16, 16, 3] -> logits [batch, 10]).

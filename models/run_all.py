@@ -1,7 +1,8 @@
 """The main job: convert every example model, run it in ONNX Runtime, and compare it with TensorFlow.
 
-    cd /work/main && PYTHONPATH=. python -m models.run_all [--models NAME ...] [--lowerings custom standard]
-                                                           [--seed N] [--repeat N] [--no-write]
+    # from the repository root:
+    PYTHONPATH=. python -m models.run_all [--models NAME ...] [--lowerings custom standard]
+                                          [--seed N] [--repeat N] [--no-write]
 
 For each SavedModel under models/<name>/saved_model (made by ``python -m models.make_models``) and
 each lowering:
