@@ -1,0 +1,62 @@
+"""Window geometry shared by the convolution and pooling gradients: TF's padding rules, layouts."""
+from __future__ import annotations
+
+from typing import List, Sequence, Tuple
+
+from converters.standard._builder import Lowering
+
+# data_format -> (perm NHWC-or-NCHW -> NCHW, perm NCHW -> data_format, spatial axes in data_format)
+LAYOUTS = {
+    "NHWC": ([0, 3, 1, 2], [0, 2, 3, 1], (1, 2)),
+    "NCHW": ([0, 1, 2, 3], [0, 1, 2, 3], (2, 3)),
+}
+
+
+def layout(b: Lowering) -> str:
+    data_format = b.attr("data_format", "NHWC")
+    if data_format not in LAYOUTS:
+        b.fail(f"data_format {data_format!r} is not supported (NHWC or NCHW)")
+    return data_format
+
+
+def spatial(b: Lowering, values: Sequence[int], data_format: str, what: str) -> Tuple[int, int]:
+    """The (H, W) entries of a 4-entry per-dimension attribute; batch and channel entries must be 1."""
+    values = list(values)
+    if len(values) != 4:
+        b.fail(f"attribute {what} must have 4 entries, got {values}")
+    h, w = LAYOUTS[data_format][2]
+    others = [values[i] for i in range(4) if i not in (h, w)]
+    if any(v != 1 for v in others):
+        b.fail(f"attribute {what} = {values}: batch and channel entries must be 1")
+    return int(values[h]), int(values[w])
+
+
+def pads(b: Lowering, padding: str, sizes, windows, strides, dilations, data_format: str,
+         explicit: Sequence[int] = ()) -> List[Tuple[int, int]]:
+    """(before, after) padding per spatial dim, as TF computes it for ``padding``."""
+    out = []
+    if padding == "EXPLICIT":
+        explicit = list(explicit)
+        if len(explicit) != 8:
+            b.fail(f"attribute explicit_paddings must have 8 entries for EXPLICIT padding, got {explicit}")
+        for axis in LAYOUTS[data_format][2]:
+            before, after = explicit[2 * axis], explicit[2 * axis + 1]
+            if before < 0 or after < 0:
+                b.fail(f"attribute explicit_paddings = {explicit} has a negative entry")
+            out.append((int(before), int(after)))
+        return out
+    for size, k, s, d in zip(sizes, windows, strides, dilations):
+        if padding == "VALID":
+            out.append((0, 0))
+        elif padding == "SAME":
+            extent = (k - 1) * d + 1
+            n_out = -(-size // s)
+            total = max((n_out - 1) * s + extent - size, 0)
+            out.append((total // 2, total - total // 2))
+        else:
+            b.fail(f"padding {padding!r} is not supported (SAME, VALID or EXPLICIT)")
+    return out
+
+
+def output_size(size: int, window: int, stride: int, dilation: int, before: int, after: int) -> int:
+    return (size + before + after - ((window - 1) * dilation + 1)) // stride + 1
