@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# The whole test suite: conformance (goldens + live TensorFlow comparisons), the C++ library
-# through ONNX Runtime, the converters and the example models; then the parity and bad-input
-# tests again against an AddressSanitizer + UndefinedBehaviorSanitizer build of the library.
+# The whole test suite, in three stages:
+#  1. everything in .venv (conformance against goldens and live TensorFlow in both of its kernel modes, the C++
+#     library through ONNX Runtime, the converters and the example models);
+#  2. the golden tests again in .venv-notf, an environment without TensorFlow (scripts/test_without_tf.sh);
+#  3. the C++ tests against an AddressSanitizer + UndefinedBehaviorSanitizer build (scripts/sanitize.sh).
+# TensorFlow's kernel mode is pinned by tests/conftest.py, so the result does not depend on the CPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -9,4 +12,5 @@ export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2}
 # `pytest` (not `python -m pytest`) keeps the source tree off sys.path, so the tests import the
 # installed ort_ops that carries the compiled library.
 .venv/bin/pytest -q -p no:cacheprovider tests "$@"
+bash scripts/test_without_tf.sh
 bash scripts/sanitize.sh

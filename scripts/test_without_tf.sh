@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The golden tests in an environment without TensorFlow: .venv-notf holds the project and pytest only.
+# Every test module that needs TensorFlow is deselected by its marker (and not even imported); every golden
+# test runs. Proves that the committed goldens keep the suite meaningful without TF.
+#
+#   scripts/test_without_tf.sh [extra pytest args]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+if [ ! -x .venv-notf/bin/python ]; then
+  "$PYTHON" -m venv .venv-notf
+  .venv-notf/bin/python -m pip install -q --upgrade pip
+fi
+.venv-notf/bin/python -m pip install -q . pytest
+if .venv-notf/bin/python -c "import tensorflow" 2>/dev/null; then
+  echo "test_without_tf.sh: TensorFlow is importable in .venv-notf; this run would prove nothing" >&2
+  exit 1
+fi
+.venv-notf/bin/python -m pytest -q -p no:cacheprovider tests -m "not tensorflow" "$@"
