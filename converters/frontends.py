@@ -22,8 +22,8 @@ def _structured_renames(concrete_func, input_names, output_names) -> dict:
     specs = [t for t in tf.nest.flatten(concrete_func.structured_input_signature) if isinstance(t, tf.TensorSpec)]
     renames.update(zip(input_names, [s.name for s in specs]))
     if isinstance(concrete_func.structured_outputs, dict):
-        for key, tensor in concrete_func.structured_outputs.items():
-            renames[tensor.name] = key
+        # The function's outputs are its dict flattened, i.e. in sorted key order (tf.nest's order).
+        renames.update(zip(output_names, sorted(concrete_func.structured_outputs)))
     return renames
 
 
@@ -37,31 +37,63 @@ def _io_names(concrete_func):
     return inputs, outputs
 
 
-def from_concrete_function(concrete_func, lowering="custom", opset=DEFAULT_OPSET, output_path=None, trackable=None, **kw):
-    """Convert a ConcreteFunction (variables are frozen to constants)."""
+def _has_non_variable_resources(concrete_func) -> bool:
+    """Captured resources that are not variables (hash tables): tf2onnx's loader knows how to freeze those."""
+    import tensorflow as tf
+
+    variable_handles = {id(v.handle) for v in concrete_func.graph.variables}
+    return any(t.dtype == tf.dtypes.resource and id(t) not in variable_handles for t in concrete_func.captured_inputs)
+
+
+def from_concrete_function(
+    concrete_func, lowering="custom", opset=DEFAULT_OPSET, output_path=None, trackable=None,
+    variable_updates="warn", trainable_inputs=False, **kw
+):
+    """Convert a ConcreteFunction (variables are frozen to constants).
+
+    ``variable_updates``: what happens to the variables the function assigns (batch-norm moving statistics,
+    tfmot's quantization ranges in a training step). ``"warn"`` (default): the model has exactly the function's
+    outputs and a warning names every update left out; ``"outputs"``: each updated variable's new value is an
+    extra output named after the variable. ``trainable_inputs=True``: the trainable variables stay graph inputs
+    (named after the variable) with their current values as same-name initializers, so a caller can feed new
+    weights step after step. See converters.variable_state.
+    """
     import tensorflow as tf
     from tf2onnx import tf_loader
+
+    from converters.variable_state import add_variable_initializers, freeze
 
     input_names, output_names = _io_names(concrete_func)
     renames = _structured_renames(concrete_func, input_names, output_names)
     tables = None
+    trainable_values = {}
     with tf.device("/cpu:0"):
-        if trackable is not None:
+        if trackable is not None and _has_non_variable_resources(concrete_func):
+            if variable_updates != "warn" or trainable_inputs:
+                raise ValueError("variable_updates and trainable_inputs are not supported for functions that use tables")
             frozen, tables = tf_loader.from_trackable(trackable, concrete_func, input_names, output_names, False)
         else:
-            frozen = tf_loader.from_function(concrete_func, input_names, output_names)
-    return convert_frozen_graph(
+            result = freeze(concrete_func, input_names, output_names, variable_updates, trainable_inputs)
+            frozen, input_names, output_names = result.graph_def, result.input_names, result.output_names
+            renames.update(result.renames)
+            trainable_values = result.trainable_values
+    model = convert_frozen_graph(
         frozen,
         input_names,
         output_names,
         lowering=lowering,
         opset=opset,
-        name=concrete_func.name,
+        name=kw.pop("name", concrete_func.name),
         tensors_to_rename=renames,
         initialized_tables=tables,
-        output_path=output_path,
+        output_path=None,
         **kw,
     )
+    if trainable_values:
+        add_variable_initializers(model, trainable_values)
+    if output_path:
+        onnx.save_model(model, output_path)
+    return model
 
 
 def from_function(fn, input_signature, lowering="custom", opset=DEFAULT_OPSET, output_path=None, **kw) -> onnx.ModelProto:
@@ -92,38 +124,27 @@ def from_keras(model, input_signature=None, lowering="custom", opset=DEFAULT_OPS
     return from_concrete_function(concrete, lowering=lowering, opset=opset, output_path=output_path, trackable=model, **kw)
 
 
+def load_signature(path, signature_key="serving_default", tags=None):
+    """(loaded SavedModel, the signature's ConcreteFunction)."""
+    import tensorflow as tf
+
+    tags = ["serve"] if tags is None else ([tags] if isinstance(tags, str) else list(tags))
+    with tf.device("/cpu:0"):
+        loaded = tf.saved_model.load(str(path), tags=tags)
+    signatures = {k: v for k, v in loaded.signatures.items() if not k.startswith("_")}
+    if signature_key not in signatures:
+        raise ValueError(f"SavedModel {path} has no signature {signature_key!r} (it has {sorted(signatures)})")
+    return loaded, signatures[signature_key]
+
+
 def from_saved_model(
     path, signature_key="serving_default", tags=None, lowering="custom", opset=DEFAULT_OPSET, output_path=None, **kw
 ) -> onnx.ModelProto:
-    """Convert one signature of a SavedModel; inputs and outputs keep the signature's names."""
-    import tensorflow as tf
-    from tf2onnx import tf_loader
-
-    tag = None if tags is None else (tags if isinstance(tags, str) else ",".join(tags))
-    with tf.device("/cpu:0"):
-        frozen, inputs, outputs, tables, renames = tf_loader.from_saved_model(
-            str(path),
-            None,
-            None,
-            tag,
-            [signature_key],
-            None,
-            False,
-            return_initialized_tables=True,
-            return_tensors_to_rename=True,
-        )
-    return convert_frozen_graph(
-        frozen,
-        inputs,
-        outputs,
-        lowering=lowering,
-        opset=opset,
-        name=os.path.basename(str(path).rstrip("/")),
-        tensors_to_rename=renames,
-        initialized_tables=tables,
-        output_path=output_path,
-        **kw,
-    )
+    """Convert one signature of a SavedModel; inputs and outputs keep the signature's names.
+    Takes from_concrete_function's ``variable_updates`` and ``trainable_inputs``."""
+    loaded, concrete = load_signature(path, signature_key, tags)
+    kw.setdefault("name", os.path.basename(str(path).rstrip("/")))
+    return from_concrete_function(concrete, lowering=lowering, opset=opset, output_path=output_path, trackable=loaded, **kw)
 
 
 def load_graph_def(path):

@@ -1,0 +1,243 @@
+"""Freezing a ConcreteFunction with its variable state said out loud.
+
+tf2onnx freezes a function with TensorFlow's ``convert_variables_to_constants_v2``, which (1) drops every
+AssignVariableOp / AssignSubVariableOp / AssignAddVariableOp without a word and (2) drops the control
+inputs of the variable reads it turns into constants. (2) is a silent error, not only lost state: tfmot's
+quantizers in training mode read their min/max *after* the moving-average assignment, and a frozen read
+gets the value from before it, so the converted step fake-quantizes with the wrong range.
+
+``freeze`` here instead:
+* finds every variable assignment in the inlined graph and computes the variable's new value as TF's
+  assignment would (AssignVariableOp: the value; AssignSub: v - delta; AssignAdd: v + delta, one float
+  op each, as TF's kernels compute it);
+* wires every read that TF orders after an assignment (a control edge to it) to that new value;
+* then either leaves the updates out with a warning naming each one (``variable_updates="warn"``, the
+  default), or adds each new value as an extra graph output named after the variable
+  (``variable_updates="outputs"``);
+* with ``trainable_inputs=True`` keeps the trainable variables as graph inputs (named after the
+  variable) instead of constants; ``add_variable_initializers`` then gives each one its current value as
+  a same-name initializer, so a caller may leave it out or feed new weights.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Dict, List
+
+import numpy as np
+
+from converters.errors import ConversionError
+
+logger = logging.getLogger(__name__)
+
+VARIABLE_UPDATE_MODES = ("warn", "outputs")
+ASSIGN_OPS = ("AssignVariableOp", "AssignSubVariableOp", "AssignAddVariableOp")
+# How each assignment computes the new value from the old one (None: the assigned value itself).
+_UPDATE_OP = {"AssignVariableOp": None, "AssignSubVariableOp": "Sub", "AssignAddVariableOp": "AddV2"}
+_UPDATE_SUFFIX = "/variable_new_value"
+
+
+@dataclasses.dataclass
+class VariableUpdate:
+    variable: str  # the variable's name without ":0", also the extra output's name
+    assign_op: str  # the TF op type
+    assign_node: str
+    new_value: str = ""  # tensor name of the new value in the frozen graph
+
+    def describe(self) -> str:
+        return f"{self.variable} ({self.assign_op} {self.assign_node})"
+
+
+@dataclasses.dataclass
+class FrozenFunction:
+    graph_def: object
+    input_names: List[str]
+    output_names: List[str]
+    renames: Dict[str, str]  # graph tensor name -> user-visible name (extra outputs and inputs)
+    updates: List[VariableUpdate]
+    trainable_values: Dict[str, np.ndarray]  # input name (after renaming) -> current value
+
+
+def variable_output_name(variable_name: str) -> str:
+    return variable_name.split(":")[0]
+
+
+def _node_name(tensor: str) -> str:
+    return tensor.lstrip("^").split(":")[0]
+
+
+def _captured_variables(concrete_func, tensor_data) -> Dict[str, object]:
+    """Frozen constant node name -> the tf.Variable it holds."""
+    by_handle = {id(v.handle): v for v in concrete_func.graph.variables}
+    captured = list(concrete_func.captured_inputs)
+    out = {}
+    for node, data in tensor_data.items():
+        if data.index is not None and data.index < len(captured):
+            var = by_handle.get(id(captured[data.index]))
+            if var is not None:
+                out[node] = var
+    return out
+
+
+def _resource_source(nodes: dict, tensor: str) -> str:
+    """The node a resource tensor comes from, through the Identity nodes that inlining adds."""
+    name = _node_name(tensor)
+    seen = set()
+    while name in nodes and nodes[name].op == "Identity" and name not in seen:
+        seen.add(name)
+        name = _node_name(nodes[name].input[0])
+    return name
+
+
+def _assignments_before(inlined_nodes: dict, read: str, assign_nodes: set) -> set:
+    """Assignments a node is ordered after through control edges (directly or via other nodes' control inputs)."""
+    found, stack, seen = set(), [read], set()
+    while stack:
+        node = inlined_nodes.get(stack.pop())
+        if node is None:
+            continue
+        for inp in node.input:
+            if not inp.startswith("^"):
+                continue
+            name = inp[1:]
+            if name in seen:
+                continue
+            seen.add(name)
+            if name in assign_nodes:
+                found.add(name)
+            stack.append(name)
+    return found
+
+
+def _unique_names(variables) -> Dict[int, str]:
+    names, taken = {}, set()
+    for var in variables:
+        base = variable_output_name(var.name)
+        name, k = base, 1
+        while name in taken:
+            name, k = f"{base}_{k}", k + 1
+        taken.add(name)
+        names[id(var)] = name
+    return names
+
+
+def freeze(concrete_func, input_names, output_names, variable_updates="warn", trainable_inputs=False) -> FrozenFunction:
+    """Freeze ``concrete_func`` for conversion (see the module docstring); runs grappler as tf2onnx does."""
+    import tensorflow as tf
+    from tensorflow.python.framework import convert_to_constants as c2c
+    from tf2onnx import tf_loader
+
+    if variable_updates not in VARIABLE_UPDATE_MODES:
+        raise ValueError(f"variable_updates must be one of {VARIABLE_UPDATE_MODES}, got {variable_updates!r}")
+    # TF's own freezing, minus its last step (re-importing the graph as a function), which rejects
+    # the assignments left pointing at constants.
+    converter_data = c2c._FunctionConverterDataInEager(func=concrete_func, lower_control_flow=False, aggressive_inlining=True)
+    inlined_nodes = {n.name: n for n in converter_data.graph_def.node}
+    graph_def, _ = c2c._replace_variables_by_constants(converter_data=converter_data)
+    graph_def = tf_loader.fix_freezing_errors_part2(graph_def)
+    nodes = {n.name: n for n in graph_def.node}
+    variables = _captured_variables(concrete_func, converter_data.tensor_data)
+    names = _unique_names(variables.values())
+
+    updates, by_variable = [], {}
+    for node in graph_def.node:
+        if node.op not in ASSIGN_OPS:
+            continue
+        source = _resource_source(nodes, node.input[0])
+        var = variables.get(source)
+        if var is None:
+            raise ConversionError(f"{node.op} (node {node.name!r}) assigns a resource that is not a captured variable")
+        if id(var) in by_variable:
+            raise ConversionError(
+                f"{node.op} (node {node.name!r}): variable {var.name} is assigned more than once in one call, which "
+                f"a graph without state cannot express (first assignment: {by_variable[id(var)][1].assign_node})"
+            )
+        update = VariableUpdate(names[id(var)], node.op, node.name)
+        by_variable[id(var)] = (source, update)
+        updates.append(update)
+
+    trainable_values = {}
+    renames = {}
+    inputs = list(input_names)
+    if trainable_inputs:
+        for source, var in variables.items():
+            if not var.trainable:
+                continue
+            node = nodes[source]
+            value = var.numpy()
+            node.op = "Placeholder"
+            dtype = node.attr["dtype"].type
+            node.ClearField("attr")
+            node.attr["dtype"].type = dtype
+            node.attr["shape"].shape.CopyFrom(tf.TensorShape(value.shape).as_proto())
+            inputs.append(f"{source}:0")
+            renames[f"{source}:0"] = names[id(var)]
+            trainable_values[names[id(var)]] = value
+
+    assign_names = {u.assign_node for u in updates}
+    new_value_of = {}
+    for source, update in by_variable.values():
+        assign = nodes[update.assign_node]
+        op = _UPDATE_OP[assign.op]
+        new_node = graph_def.node.add()
+        new_node.name = update.assign_node + _UPDATE_SUFFIX
+        if op is None:
+            new_node.op = "Identity"
+            new_node.input.append(assign.input[1])
+        else:
+            new_node.op = op
+            new_node.input.extend([source, assign.input[1]])
+        new_node.attr["T"].type = assign.attr["dtype"].type
+        update.new_value = new_node.name + ":0"
+        new_value_of[update.assign_node] = update.new_value
+
+    # Reads TF orders after an assignment see the new value (tf2onnx's freezing gives the old one).
+    for node in graph_def.node:
+        original = inlined_nodes.get(node.name)
+        if original is None or original.op != "ReadVariableOp":
+            continue
+        before = _assignments_before(inlined_nodes, node.name, assign_names)
+        if not before:
+            continue
+        source = _resource_source(nodes, node.input[0])
+        mine = [a for a in before if _resource_source(nodes, nodes[a].input[0]) == source]
+        if mine:
+            node.input[0] = new_value_of[mine[0]]
+
+    kept = [n for n in graph_def.node if n.name not in assign_names]
+    for n in kept:
+        n.input[:] = [i for i in n.input if not (i.startswith("^") and i[1:] in assign_names)]
+    del graph_def.node[:]
+    graph_def.node.extend(kept)
+
+    outputs = list(output_names)
+    if variable_updates == "outputs":
+        for update in updates:
+            outputs.append(update.new_value)
+            renames[update.new_value] = update.variable
+    elif updates:
+        logger.warning(
+            "%d variable update(s) left out of the converted model (ONNX has no state; pass "
+            "variable_updates='outputs' / --variable-update-outputs to get each new value as an output): %s",
+            len(updates), "; ".join(u.describe() for u in updates),
+        )
+    with tf.Graph().as_default():
+        graph_def = tf_loader.tf_optimize(inputs, outputs, graph_def)
+    return FrozenFunction(graph_def, inputs, outputs, renames, updates, trainable_values)
+
+
+def add_variable_initializers(model, trainable_values: Dict[str, np.ndarray]):
+    """Give each trainable-variable input its current value as a same-name initializer (an input with an
+    initializer is optional: ONNX Runtime uses the initializer unless the input is fed)."""
+    from onnx import numpy_helper
+
+    graph_inputs = {i.name for i in model.graph.input}
+    missing = sorted(set(trainable_values) - graph_inputs)
+    if missing:
+        # grappler prunes variables the outputs do not depend on; say so instead of adding dead initializers.
+        logger.warning("trainable variables unused by the outputs are not inputs: %s", ", ".join(missing))
+    for name, value in trainable_values.items():
+        if name in graph_inputs:
+            model.graph.initializer.append(numpy_helper.from_array(np.asarray(value), name))
+    return model
+
