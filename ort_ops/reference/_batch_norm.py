@@ -16,6 +16,7 @@ import ml_dtypes
 import numpy as np
 
 from ort_ops.spec import OpError
+from ort_ops.specs.batch_norm import data_format_message, rank_message, vector_message
 
 CHANNELS_LAST = ("NHWC", "NDHWC")
 CHANNELS_FIRST = ("NCHW", "NCDHW")
@@ -44,7 +45,7 @@ def compute_dtype(x: np.ndarray):
 
 def _channel_axis(op: str, x: np.ndarray, data_format: str, formats) -> int:
     if data_format not in formats:
-        raise OpError(op, "Invalid data format")
+        raise OpError(op, data_format_message(data_format, formats))
     # A 4-D x with "NCDHW" is plain NCHW; TF parses the 3-D names to the same internal formats.
     return 1 if data_format in CHANNELS_FIRST else x.ndim - 1
 
@@ -96,14 +97,15 @@ def rsqrt(a: np.ndarray) -> np.ndarray:
     return a.dtype.type(1) / np.sqrt(a)
 
 
-def _check_rank(op, name_in_message, shape):
+def _check_rank(op, name, shape):
     if len(shape) not in (4, 5):
-        raise OpError(op, f"{name_in_message} must be 4 or 5-dimensional{_dims(shape)}")
+        raise OpError(op, rank_message(name, shape))
 
 
-def _check_vector(op, label, arr):
+def _check_vector(op, name, label, arr):
+    """``label``: what TF's message calls the input ``name``."""
     if arr.ndim != 1:
-        raise OpError(op, f"{label} must be 1-dimensional{_dims(arr.shape)}")
+        raise OpError(op, vector_message(name, label, arr.shape))
 
 
 def _check_count(op, label, arr, channels, prefix=""):
@@ -135,11 +137,11 @@ def _ieee(kernel):
 def forward(op, formats, x, scale, offset, mean, variance, epsilon, exponential_avg_factor, data_format, is_training):
     """FusedBatchNorm{,V2,V3}: (y, batch_mean, batch_variance, reserve_space_1, reserve_space_2)."""
     x, scale, offset, mean, variance = (np.asarray(a) for a in (x, scale, offset, mean, variance))
-    _check_rank(op, "input", x.shape)
-    _check_vector(op, "scale", scale)
-    _check_vector(op, "offset", offset)
-    _check_vector(op, "estimated_mean", mean)
-    _check_vector(op, "estimated_variance", variance)
+    _check_rank(op, "x", x.shape)
+    _check_vector(op, "scale", "scale", scale)
+    _check_vector(op, "offset", "offset", offset)
+    _check_vector(op, "mean", "estimated_mean", mean)
+    _check_vector(op, "variance", "estimated_variance", variance)
     axis = _channel_axis(op, x, data_format, formats)
     channels = x.shape[axis]
     _check_count(op, "scale", scale, channels)
@@ -192,11 +194,11 @@ def forward(op, formats, x, scale, offset, mean, variance, epsilon, exponential_
 def backward(op, formats, y_backprop, x, scale, reserve_space_1, reserve_space_2, epsilon, data_format, is_training):
     """FusedBatchNormGrad{,V2,V3}: (x_backprop, scale_backprop, offset_backprop, empty, empty)."""
     dy, x, scale, saved_mean, saved_var = (np.asarray(a) for a in (y_backprop, x, scale, reserve_space_1, reserve_space_2))
-    _check_rank(op, "input", dy.shape)
-    _check_rank(op, "input", x.shape)
-    _check_vector(op, "scale", scale)
-    _check_vector(op, "saved mean", saved_mean)
-    _check_vector(op, "saved variance", saved_var)
+    _check_rank(op, "y_backprop", dy.shape)
+    _check_rank(op, "x", x.shape)
+    _check_vector(op, "scale", "scale", scale)
+    _check_vector(op, "reserve_space_1", "saved mean", saved_mean)
+    _check_vector(op, "reserve_space_2", "saved variance", saved_var)
     if x.shape != dy.shape:
         raise OpError(
             op, f"x and y_backprop must have same shape, but x has shape {_dims(x.shape)} "

@@ -121,8 +121,8 @@ def geometry(op, attrs, input_nhwc, filter_shape) -> Geometry:
     n, h, w, c = input_nhwc
     kh, kw, _, m = filter_shape
     explicit = explicit or (None, None)
-    oh, pt, _ = output_size(op, h, kh, stride, dil_h, attrs["padding"], explicit[0])
-    ow, pl, _ = output_size(op, w, kw, stride, dil_w, attrs["padding"], explicit[1])
+    oh, pt, _ = output_size(op, h, kh, stride, dil_h, attrs["padding"], explicit[0], "rows")
+    ow, pl, _ = output_size(op, w, kw, stride, dil_w, attrs["padding"], explicit[1], "cols")
     return Geometry(n, h, w, c, kh, kw, m, oh, ow, stride, dil_h, dil_w, pt, pl)
 
 
@@ -144,9 +144,12 @@ def backprop_geometry(op, attrs, input_shape, filter_shape, dy_shape) -> Geometr
     """The backprops' shared checks in TF's order, with TF's label in front of each message."""
     label = LABELS[op]
     check_attrs(op, attrs)
+    sizes_name = SIZES_LABELS[op][1]  # the input or filter shape this op reads from a sizes vector
     for name, shape in (("input", input_shape), ("filter", filter_shape), ("out_backprop", dy_shape)):
         if len(shape) != 4:
-            raise OpError(op, f"{label}: {name} must be 4-dimensional")
+            # TF's message names the tensor; a shape read from input_sizes/filter_sizes names that vector.
+            source = f"{sizes_name} has {len(shape)} values: " if sizes_name == f"{name}_sizes" else ""
+            raise OpError(op, f"{source}{label}: {name} must be 4-dimensional")
     fmt = attrs["data_format"]
     n, h, w, c = shape_to_nhwc(input_shape, fmt)
     dn, dh, dw, dc = shape_to_nhwc(dy_shape, fmt)
@@ -158,7 +161,11 @@ def backprop_geometry(op, attrs, input_shape, filter_shape, dy_shape) -> Geometr
     if c != filter_shape[2]:
         raise OpError(op, f"{label}: input and filter must have the same in_depth")
     if c * filter_shape[3] != dc:
-        raise OpError(op, f"{label}: depth_multiplier * in_depth not equal to out_depth")
+        raise OpError(
+            op,
+            f"out_backprop depth {dc} is not in_depth {c} * depth_multiplier {filter_shape[3]}: "
+            f"{label}: depth_multiplier * in_depth not equal to out_depth",
+        )
     g = geometry(op, attrs, (n, h, w, c), filter_shape)
     for what, actual, computed in (("rows", dh, g.out_rows), ("cols", dw, g.out_cols)):
         if actual != computed:

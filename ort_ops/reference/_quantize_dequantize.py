@@ -11,6 +11,7 @@ import numpy as np
 from ort_ops.reference import _qdq_eigen_order as order
 from ort_ops.reference._fake_quant import eigen_max, eigen_min, flush
 from ort_ops.spec import OpError
+from ort_ops.specs.quantize_dequantize import axis_rank_message
 
 HALF_TO_EVEN = "HALF_TO_EVEN"
 HALF_UP = "HALF_UP"
@@ -151,7 +152,7 @@ def check_axis_v2(op: str, x, axis: int) -> None:
     if axis < -1:
         raise OpError(op, f"Axis must be at least -1. Found {axis}")
     if axis != -1 and axis >= x.ndim:
-        raise OpError(op, f"Shape must be at least rank {axis + 1} but is rank {x.ndim}")
+        raise OpError(op, axis_rank_message(axis, x.ndim))
 
 
 def check_given_range(op: str, x, mn, mx, axis: int) -> None:

@@ -22,21 +22,37 @@ def _dims(shape):
     return "[" + ",".join("?" if d is None else str(d) for d in shape) + "]"
 
 
-def _channels(op, shape, data_format):
+def rank_message(name, shape):
+    """TF says "input" for x and for y_backprop alike; the message names the input at fault."""
+    return f"{name} has rank {len(shape)}: input must be 4 or 5-dimensional{_dims(shape)}"
+
+
+def vector_message(name, label, shape):
+    """TF's rank message for a [C] statistic, which uses its own label (``saved mean`` for
+    reserve_space_1, ``estimated_mean`` for mean); the input's name leads where the label differs."""
+    tf_message = f"{label} must be 1-dimensional{_dims(shape)}"
+    return tf_message if name == label else f"{name} has rank {len(shape)}: {tf_message}"
+
+
+def data_format_message(data_format, formats):
+    return f'Invalid data format: data_format "{data_format}" is not one of {", ".join(formats)}'
+
+
+def _channels(op, shape, data_format, name="x"):
     if shape is None:
         return None
     if len(shape) not in (4, 5):
-        raise OpError(op, f"input must be 4 or 5-dimensional{_dims(shape)}")
+        raise OpError(op, rank_message(name, shape))
     return shape[1] if data_format.startswith("NC") else shape[-1]
 
 
-def _check_stat(op, rank_label, size_label, s, c, prefix=""):
-    """A [C] statistic: 1-D, and (unless ``size_label`` is None) C elements when both are known.
-    TF names some inputs differently in its rank and size messages, hence two labels."""
+def _check_stat(op, name, rank_label, size_label, s, c, prefix=""):
+    """The [C] statistic ``name``: 1-D, and (unless ``size_label`` is None) C elements when both are
+    known. TF names some inputs differently in its rank and size messages, hence two labels."""
     if s is None:
         return
     if len(s) != 1:
-        raise OpError(op, f"{rank_label} must be 1-dimensional{_dims(s)}")
+        raise OpError(op, vector_message(name, rank_label, s))
     if size_label is not None and c is not None and s[0] is not None and s[0] != c:
         raise OpError(
             op, f"{prefix}{size_label} must have the same number of elements as the channels of x, got {s[0]} and {c}"
@@ -47,18 +63,19 @@ def _forward_shape(op, version):
     def fn(shapes, values, attrs):
         x = shapes[0]
         c = _channels(op, x, attrs["data_format"])
-        for rank_label, s in zip(("scale", "offset", "estimated_mean", "estimated_variance"), shapes[1:5]):
-            _check_stat(op, rank_label, None, s, c)  # TF checks every rank before any size
+        names = ("scale", "offset", "mean", "variance")
+        for name, rank_label, s in zip(names, ("scale", "offset", "estimated_mean", "estimated_variance"), shapes[1:5]):
+            _check_stat(op, name, rank_label, None, s, c)  # TF checks every rank before any size
         for name, s in zip(("scale", "offset"), shapes[1:3]):
-            _check_stat(op, name, name, s, c)
+            _check_stat(op, name, name, name, s, c)
             if c is None and s is not None:
                 c = s[0]
         # mean/variance are read (and their size checked) only in inference or when averaging.
         training, f = attrs["is_training"], attrs["exponential_avg_factor"]
         reads_stats = not training or f != 1.0
         prefix = "When is_training=false, " if not training else "When exponential_avg_factor != 1, "
-        _check_stat(op, "estimated_mean", "mean" if reads_stats else None, shapes[3], c, prefix)
-        _check_stat(op, "estimated_variance", "variance" if reads_stats else None, shapes[4], c, prefix)
+        _check_stat(op, "mean", "estimated_mean", "mean" if reads_stats else None, shapes[3], c, prefix)
+        _check_stat(op, "variance", "estimated_variance", "variance" if reads_stats else None, shapes[4], c, prefix)
         outs = [x, (c,), (c,), (c,), (c,)]
         if version == 3:
             outs.append(())
@@ -72,7 +89,7 @@ def _grad_shape(op, version):
         dy, x = shapes[0], shapes[1]
         for name, s in (("y_backprop", dy), ("x", x)):
             if s is not None and len(s) not in (4, 5):
-                raise OpError(op, f"input must be 4 or 5-dimensional{_dims(s)}")
+                raise OpError(op, rank_message(name, s))
         if dy is not None and x is not None and (
             len(dy) != len(x) or any(a is not None and b is not None and a != b for a, b in zip(dy, x))
         ):
@@ -81,10 +98,11 @@ def _grad_shape(op, version):
             )
         x = x if x is not None else dy
         c = _channels(op, x, attrs["data_format"])
-        for rank_label, s in zip(("scale", "saved mean", "saved variance"), shapes[2:5]):
-            _check_stat(op, rank_label, None, s, c)  # TF checks every rank before any size
-        for size_label, s in zip(("scale", "reserve_space_1", "reserve_space_2"), shapes[2:5]):
-            _check_stat(op, size_label, size_label, s, c)
+        names = ("scale", "reserve_space_1", "reserve_space_2")
+        for name, rank_label, s in zip(names, ("scale", "saved mean", "saved variance"), shapes[2:5]):
+            _check_stat(op, name, rank_label, None, s, c)  # TF checks every rank before any size
+        for name, s in zip(names, shapes[2:5]):
+            _check_stat(op, name, name, name, s, c)
         if c is None and shapes[2] is not None:
             c = shapes[2][0]
         return [x, (c,), (c,), (0,), (0,)]

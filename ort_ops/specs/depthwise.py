@@ -38,7 +38,7 @@ def check_attrs(op, attrs):
     if dil[0] != 1 or dil[c] != 1:
         raise OpError(op, "Current implementation does not support dilations in the batch and depth dimensions.")
     if dil[h] <= 0 or dil[w] <= 0:
-        raise OpError(op, f"Dilated rates should be larger than 0, got {[dil[h], dil[w]]}")
+        raise OpError(op, f"dilations has a value <= 0: Dilated rates should be larger than 0, got {[dil[h], dil[w]]}")
     pads = attrs["explicit_paddings"]
     if attrs["padding"] == "EXPLICIT":
         if len(pads) != 8:
@@ -46,7 +46,11 @@ def check_attrs(op, attrs):
         if any(p < 0 for p in pads):
             raise OpError(op, "All elements of explicit_paddings must be nonnegative")
         if pads[0] or pads[1] or pads[2 * c] or pads[2 * c + 1]:
-            raise OpError(op, "Nonzero explicit padding in the batch or depth dimensions is not supported")
+            raise OpError(
+                op,
+                "explicit_paddings pads the batch or depth dim: "
+                "Nonzero explicit padding in the batch or depth dimensions is not supported",
+            )
         explicit = ((pads[2 * h], pads[2 * h + 1]), (pads[2 * w], pads[2 * w + 1]))
     else:
         if pads:
@@ -55,8 +59,9 @@ def check_attrs(op, attrs):
     return strides[h], (dil[h], dil[w]), explicit
 
 
-def output_size(op, n, k, stride, dilation, padding, explicit):
-    """TF's windowed output size: returns (out, pad_before, pad_after) for one spatial dim."""
+def output_size(op, n, k, stride, dilation, padding, explicit, dim):
+    """TF's windowed output size: returns (out, pad_before, pad_after) for one spatial dim (``dim``:
+    "rows" or "cols", named in the error)."""
     k_eff = (k - 1) * dilation + 1
     if padding == "VALID":
         out = (n - k_eff + stride) // stride
@@ -71,7 +76,8 @@ def output_size(op, n, k, stride, dilation, padding, explicit):
     if out < 0:
         raise OpError(
             op,
-            f"Computed output size would be negative: {out} [input_size: {n}, effective_filter_size: {k_eff}, "
+            f"filter {dim} span {k_eff} (size {k}, dilation {dilation}), more than input {dim} {n} with {padding} "
+            f"padding: Computed output size would be negative: {out} [input_size: {n}, effective_filter_size: {k_eff}, "
             f"stride: {stride}]",
         )
     after = max((out - 1) * stride + k_eff - n - before, 0) if out > 0 else 0
@@ -113,9 +119,9 @@ def _forward_dims(op, attrs, inp, filt):
             dims[3] = c * m
         explicit = explicit or (None, None)
         if h is not None and kh is not None:
-            dims[1] = output_size(op, h, kh, stride, dh, attrs["padding"], explicit[0])[0]
+            dims[1] = output_size(op, h, kh, stride, dh, attrs["padding"], explicit[0], "rows")[0]
         if w is not None and kw is not None:
-            dims[2] = output_size(op, w, kw, stride, dw, attrs["padding"], explicit[1])[0]
+            dims[2] = output_size(op, w, kw, stride, dw, attrs["padding"], explicit[1], "cols")[0]
     return _from_nhwc(dims, fmt)
 
 
@@ -143,7 +149,7 @@ def _sizes_shape(op, label, index):
                 raise OpError(op, f"Dimension {i} of {name} must be >= 0")
         if sizes.size != 4:
             what = "input" if "Input" in op else "filter"
-            raise OpError(op, f"{depthwise_label}: {what} must be 4-dimensional")
+            raise OpError(op, f"{name} has {sizes.size} values: {depthwise_label}: {what} must be 4-dimensional")
         return [tuple(int(v) for v in sizes)]
 
     return fn

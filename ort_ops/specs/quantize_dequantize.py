@@ -27,11 +27,16 @@ PER_AXIS_RANGE_FIX = (
 )
 
 
+def axis_rank_message(axis, rank):
+    """TF's message names neither the attribute nor the input; ours leads with both."""
+    return f"axis {axis} is out of range for input of rank {rank}: Shape must be at least rank {axis + 1} but is rank {rank}"
+
+
 def _check_axis(op, shape, axis):
     if axis < -1:
         raise OpError(op, f"Axis must be at least -1. Found {axis}")
     if shape is not None and axis >= len(shape):
-        raise OpError(op, f"Shape must be at least rank {axis + 1} but is rank {len(shape)}")
+        raise OpError(op, axis_rank_message(axis, len(shape)))
 
 
 def _forward_shape(op):

@@ -37,14 +37,19 @@ std::string Dims(const std::vector<i64>& s) {  // TF's "[2,3,4]"
 
 bool ChannelsFirst(const std::string& fmt) { return fmt == "NCHW" || fmt == "NCDHW"; }
 
+// TF says "input" for x and y_backprop alike: the message leads with the input's name.
 std::string CheckRank(const char* name, const std::vector<i64>& s) {
-  if (s.size() != 4 && s.size() != 5) return std::string(name) + " must be 4 or 5-dimensional" + Dims(s);
+  if (s.size() != 4 && s.size() != 5)
+    return std::string(name) + " has rank " + std::to_string(s.size()) + ": input must be 4 or 5-dimensional" + Dims(s);
   return "";
 }
 
-std::string CheckVector(const std::string& label, const std::vector<i64>& s) {
-  if (s.size() != 1) return label + " must be 1-dimensional" + Dims(s);
-  return "";
+// A [C] statistic; `label` is what TF's message calls the input `name` ("saved mean" for
+// reserve_space_1), and the name leads where the two differ.
+std::string CheckVector(const std::string& name, const std::string& label, const std::vector<i64>& s) {
+  if (s.size() == 1) return "";
+  const std::string tf_message = label + " must be 1-dimensional" + Dims(s);
+  return name == label ? tf_message : name + " has rank " + std::to_string(s.size()) + ": " + tf_message;
 }
 
 std::string CheckCount(const std::string& prefix, const std::string& label, const std::vector<i64>& s, i64 channels) {
@@ -198,18 +203,19 @@ void ElementwiseBinary(const Layout& l, const T* a, const T* b_in, T* out, const
 std::string CheckDataFormat(const std::string& fmt, bool allow_3d_names) {
   if (fmt == "NHWC" || fmt == "NCHW") return "";
   if (allow_3d_names && (fmt == "NDHWC" || fmt == "NCDHW")) return "";
-  return "Invalid data format";
+  return "Invalid data format: data_format \"" + fmt + "\" is not one of NHWC, NCHW" +
+         (allow_3d_names ? ", NDHWC, NCDHW" : "");
 }
 
 std::string CheckForward(const std::vector<i64>& x, const std::vector<i64>& scale, const std::vector<i64>& offset,
                          const std::vector<i64>& mean, const std::vector<i64>& variance, const std::string& fmt,
                          bool allow_3d_names, bool is_training, float f, Layout* layout) {
   std::string err;
-  if (!(err = CheckRank("input", x)).empty()) return err;
-  if (!(err = CheckVector("scale", scale)).empty()) return err;
-  if (!(err = CheckVector("offset", offset)).empty()) return err;
-  if (!(err = CheckVector("estimated_mean", mean)).empty()) return err;
-  if (!(err = CheckVector("estimated_variance", variance)).empty()) return err;
+  if (!(err = CheckRank("x", x)).empty()) return err;
+  if (!(err = CheckVector("scale", "scale", scale)).empty()) return err;
+  if (!(err = CheckVector("offset", "offset", offset)).empty()) return err;
+  if (!(err = CheckVector("mean", "estimated_mean", mean)).empty()) return err;
+  if (!(err = CheckVector("variance", "estimated_variance", variance)).empty()) return err;
   if (!(err = CheckDataFormat(fmt, allow_3d_names)).empty()) return err;
   *layout = LayoutOf(x, fmt);
   const i64 c = layout->channels;
@@ -227,11 +233,11 @@ std::string CheckGrad(const std::vector<i64>& dy, const std::vector<i64>& x, con
                       const std::vector<i64>& rs1, const std::vector<i64>& rs2, const std::string& fmt,
                       bool allow_3d_names, Layout* layout) {
   std::string err;
-  if (!(err = CheckRank("input", dy)).empty()) return err;
-  if (!(err = CheckRank("input", x)).empty()) return err;
-  if (!(err = CheckVector("scale", scale)).empty()) return err;
-  if (!(err = CheckVector("saved mean", rs1)).empty()) return err;
-  if (!(err = CheckVector("saved variance", rs2)).empty()) return err;
+  if (!(err = CheckRank("y_backprop", dy)).empty()) return err;
+  if (!(err = CheckRank("x", x)).empty()) return err;
+  if (!(err = CheckVector("scale", "scale", scale)).empty()) return err;
+  if (!(err = CheckVector("reserve_space_1", "saved mean", rs1)).empty()) return err;
+  if (!(err = CheckVector("reserve_space_2", "saved variance", rs2)).empty()) return err;
   if (x != dy)
     return "x and y_backprop must have same shape, but x has shape " + Dims(x) + " and y_backprop has shape " + Dims(dy);
   if (!(err = CheckDataFormat(fmt, allow_3d_names)).empty()) return err;

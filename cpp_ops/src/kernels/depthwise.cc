@@ -75,7 +75,7 @@ std::string ParseWindow(const Attrs& a, Window* w) {
   if (d[0] != 1 || d[ax.c] != 1)
     return "Current implementation does not support dilations in the batch and depth dimensions.";
   if (d[ax.h] <= 0 || d[ax.w] <= 0)
-    return "Dilated rates should be larger than 0, got [" + std::to_string(d[ax.h]) + ", " +
+    return "dilations has a value <= 0: Dilated rates should be larger than 0, got [" + std::to_string(d[ax.h]) + ", " +
            std::to_string(d[ax.w]) + "]";
   if (d[ax.h] > kMaxWindowValue || d[ax.w] > kMaxWindowValue) return "Dilation rates are too large";
   w->stride = s[ax.h];
@@ -88,7 +88,8 @@ std::string ParseWindow(const Attrs& a, Window* w) {
     for (i64 v : p)
       if (v < 0) return "All elements of explicit_paddings must be nonnegative";
     if (p[0] || p[1] || p[2 * ax.c] || p[2 * ax.c + 1])
-      return "Nonzero explicit padding in the batch or depth dimensions is not supported";
+      return "explicit_paddings pads the batch or depth dim: "
+             "Nonzero explicit padding in the batch or depth dimensions is not supported";
     for (i64 v : p)
       if (v > kMaxWindowValue) return "explicit_paddings values are too large";
     w->explicit_pad = true;
@@ -103,9 +104,10 @@ std::string ParseWindow(const Attrs& a, Window* w) {
 }
 
 // TF's windowed output size for one spatial dim (with a true dilation). All operands are far
-// below 2^40 here (tensor dims and window values <= 2^31), so int64 arithmetic is exact.
-std::string OutputSize(i64 n, i64 k, i64 stride, i64 dilation, const std::string& padding, const i64 explicit_pad[2],
-                       i64* out, i64* before) {
+// below 2^40 here (tensor dims and window values <= 2^31), so int64 arithmetic is exact. `dim`
+// ("rows" or "cols") is named in the error.
+std::string OutputSize(const char* dim, i64 n, i64 k, i64 stride, i64 dilation, const std::string& padding,
+                       const i64 explicit_pad[2], i64* out, i64* before) {
   const i64 k_eff = (k - 1) * dilation + 1;
   i64 o;
   i64 b = 0;
@@ -120,7 +122,10 @@ std::string OutputSize(i64 n, i64 k, i64 stride, i64 dilation, const std::string
     o = FloorDiv(n + explicit_pad[0] + explicit_pad[1] - k_eff, stride) + 1;
   }
   if (o < 0) {
-    return "Computed output size would be negative: " + std::to_string(o) + " [input_size: " + std::to_string(n) +
+    return std::string("filter ") + dim + " span " + std::to_string(k_eff) + " (size " + std::to_string(k) +
+           ", dilation " + std::to_string(dilation) + "), more than input " + dim + " " + std::to_string(n) +
+           " with " + padding + " padding: " +
+           "Computed output size would be negative: " + std::to_string(o) + " [input_size: " + std::to_string(n) +
            ", effective_filter_size: " + std::to_string(k_eff) + ", stride: " + std::to_string(stride) + "]";
   }
   *out = o;
@@ -143,9 +148,9 @@ std::string FinishGeometry(const Attrs& a, const Window& w, i64 n, i64 h, i64 wd
   g->dilation_rows = w.dil_h;
   g->dilation_cols = w.dil_w;
   g->nchw = a.data_format == "NCHW";
-  std::string err = OutputSize(h, kh, w.stride, w.dil_h, a.padding, w.pad_h, &g->out_rows, &g->pad_top);
+  std::string err = OutputSize("rows", h, kh, w.stride, w.dil_h, a.padding, w.pad_h, &g->out_rows, &g->pad_top);
   if (!err.empty()) return err;
-  err = OutputSize(wd, kw, w.stride, w.dil_w, a.padding, w.pad_w, &g->out_cols, &g->pad_left);
+  err = OutputSize("cols", wd, kw, w.stride, w.dil_w, a.padding, w.pad_w, &g->out_cols, &g->pad_left);
   if (!err.empty()) return err;
   // Sizes built from input_sizes/filter_sizes are not bounded by any tensor here: callers check the
   // tensor they allocate with CheckOutputBytes (which cannot overflow) before running a kernel.
@@ -169,11 +174,18 @@ std::string ReadSizes(const char* label, const char* what, const std::vector<i64
   return "";
 }
 
-// The checks TF's ConvBackpropComputeDimensions makes, with its label.
-std::string BackpropDims(const std::string& label, const Attrs& a, const Window& w, const std::vector<i64>& input,
-                         const std::vector<i64>& filter, const std::vector<i64>& out_backprop, Geometry* g) {
-  if (input.size() != 4) return label + "input must be 4-dimensional";
-  if (filter.size() != 4) return label + "filter must be 4-dimensional";
+// The checks TF's ConvBackpropComputeDimensions makes, with its label. `sizes_name` is the sizes
+// vector ("input_sizes" or "filter_sizes") one of the shapes was read from: a wrong count there
+// names that vector before TF's message (which names the tensor).
+std::string BackpropDims(const std::string& label, const std::string& sizes_name, const Attrs& a, const Window& w,
+                         const std::vector<i64>& input, const std::vector<i64>& filter,
+                         const std::vector<i64>& out_backprop, Geometry* g) {
+  const auto source = [&](const char* tensor, const std::vector<i64>& s) {
+    return sizes_name == std::string(tensor) + "_sizes" ? sizes_name + " has " + std::to_string(s.size()) + " values: "
+                                                        : std::string();
+  };
+  if (input.size() != 4) return source("input", input) + label + "input must be 4-dimensional";
+  if (filter.size() != 4) return source("filter", filter) + label + "filter must be 4-dimensional";
   if (out_backprop.size() != 4) return label + "out_backprop must be 4-dimensional";
   const bool nchw = a.data_format == "NCHW";
   const std::vector<i64> in = ToNhwc(input, nchw), dy = ToNhwc(out_backprop, nchw);
@@ -183,9 +195,12 @@ std::string BackpropDims(const std::string& label, const Attrs& a, const Window&
   if (in[2] > kInt32Max) return label + "cols of input too large";
   if (in[3] > kInt32Max) return label + "depth of input too large";
   if (in[3] != filter[2]) return label + "input and filter must have the same in_depth";
-  if (filter[2] * filter[3] != dy[3]) return label + "depth_multiplier * in_depth not equal to out_depth";
+  if (filter[2] * filter[3] != dy[3])
+    return "out_backprop depth " + std::to_string(dy[3]) + " is not in_depth " + std::to_string(filter[2]) +
+           " * depth_multiplier " + std::to_string(filter[3]) + ": " + label +
+           "depth_multiplier * in_depth not equal to out_depth";
   std::string err = FinishGeometry(a, w, in[0], in[1], in[2], in[3], filter[0], filter[1], filter[3], g);
-  if (!err.empty()) return label + err;
+  if (!err.empty()) return err;  // TF's output-size message carries no label
   if (g->out_rows != dy[1])
     return label + "Number of rows of out_backprop doesn't match computed: actual = " + std::to_string(dy[1]) +
            ", computed = " + std::to_string(g->out_rows);
@@ -395,7 +410,8 @@ std::string BackpropInputGeometry(const Attrs& a, const std::vector<i64>& input_
   std::vector<i64> input;
   err = ReadSizes("Conv2DBackpropInput", "input_sizes", input_sizes_shape, input_sizes, &input);
   if (!err.empty()) return err;
-  return BackpropDims("DepthwiseConv2DBackpropInput: ", a, w, input, filter_shape, out_backprop_shape, g);
+  return BackpropDims("DepthwiseConv2DBackpropInput: ", "input_sizes", a, w, input, filter_shape, out_backprop_shape,
+                      g);
 }
 
 std::string BackpropFilterGeometry(const Attrs& a, const std::vector<i64>& input_shape,
@@ -407,7 +423,8 @@ std::string BackpropFilterGeometry(const Attrs& a, const std::vector<i64>& input
   std::vector<i64> filter;
   err = ReadSizes("Conv2DBackpropFilter", "filter_sizes", filter_sizes_shape, filter_sizes, &filter);
   if (!err.empty()) return err;
-  return BackpropDims("DepthwiseConv2DBackpropFilter: ", a, w, input_shape, filter, out_backprop_shape, g);
+  return BackpropDims("DepthwiseConv2DBackpropFilter: ", "filter_sizes", a, w, input_shape, filter, out_backprop_shape,
+                      g);
 }
 
 // ---------------------------------------------------------------------------------------------

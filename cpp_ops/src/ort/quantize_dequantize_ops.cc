@@ -100,7 +100,9 @@ class QuantizeAndDequantizeV2V4 {
   void Compute(KernelContext& ctx) const {
     const Tensor x = ctx.Input(0), mn = ctx.Input(1), mx = ctx.Input(2);
     if (axis_ != -1 && axis_ >= static_cast<int64_t>(x.rank())) {
-      throw OpError("Shape must be at least rank " + Str(axis_ + 1) + " but is rank " + Str(x.rank()));
+      // TF's message names neither the attribute nor the input; ours leads with both.
+      throw OpError("axis " + Str(axis_) + " is out of range for input of rank " + Str(x.rank()) +
+                    ": Shape must be at least rank " + Str(axis_ + 1) + " but is rank " + Str(x.rank()));
     }
     if (options_.range_given) CheckGivenRange<T>(x, mn, mx, axis_);
     RunForward<T>(ctx, x, mn, mx, axis_, options_);
