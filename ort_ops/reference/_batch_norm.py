@@ -1,4 +1,4 @@
-"""Shared math of FusedBatchNorm{,V2,V3} and FusedBatchNormGrad{,V2,V3} (semantics doc, section 3).
+"""Shared math of FusedBatchNorm{,V2,V3} and FusedBatchNormGrad{,V2,V3} (docs/semantics.md section 3).
 
 The per-op files only name the op and its allowed formats; everything else is here. The math is
 dtype-generic: it computes in float32 (TF's U) unless x is float64, which only the finite-difference
@@ -28,7 +28,7 @@ FLOAT32_ONLY = (np.dtype(np.float32),)
 MIXED = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
 
 # Eigen's vectorised column sum handles channels in packets of 8 floats (AVX build) and splits
-# the rows over 4 accumulators once there are at least 16 rows (doc 3.3).
+# the rows over 4 accumulators once there are at least 16 rows (docs/semantics.md section 3.3).
 _PACKET = 8
 _MIN_ROWS_FOR_SPLIT = 16
 
@@ -71,7 +71,7 @@ def sequential_sum(m: np.ndarray) -> np.ndarray:
 
 
 def column_sum(m: np.ndarray) -> np.ndarray:
-    """Eigen's column sum in the training forward pass (doc 3.3 "Column-sum order S").
+    """Eigen's column sum in the training forward pass (docs/semantics.md section 3.3, "Column-sum order S").
 
     Channels in whole packets of 8, with at least 16 rows: four partial sums take rows round-robin,
     are combined as ((p0 + p1) + p2) + p3, then the leftover rows are added in order. Every other

@@ -3,7 +3,7 @@
 Everything works on NHWC arrays; NCHW is transposed in and out by the per-op files (the layout is
 pure data movement, so it changes no arithmetic). Each kernel loops over the kh*kw filter taps only
 and handles whole arrays per tap. The order of the float additions follows TF's Eigen kernels
-(semantics doc section 4) so float32 results are bit-exact against TF with oneDNN off; oneDNN sums
+(docs/semantics.md section 4) so float32 results are bit-exact against TF with oneDNN off; oneDNN sums
 in other orders, which the tests cover with a tolerance.
 
 Dilations are honoured (the true dilated convolution and its exact gradients), as TF's default

@@ -21,7 +21,7 @@ namespace {
 using i64 = std::int64_t;
 
 // Eigen's vectorized column sum: channels in whole packets of 8 floats, 4 row accumulators once
-// there are at least 16 rows (semantics doc 3.3).
+// there are at least 16 rows (docs/semantics.md section 3.3).
 constexpr i64 kPacket = 8;
 constexpr i64 kMinRowsForSplit = 16;
 // Channels per column-sum task (a shape-only choice): two packets.

@@ -1,6 +1,6 @@
 // FusedBatchNorm{,V2,V3} and FusedBatchNormGrad{,V2,V3} as plain functions over pointers and
 // shapes (no ONNX Runtime types). The math is the NumPy reference's (ort_ops/reference/
-// _batch_norm.py, semantics doc section 3): x is a matrix X[R, C] (C = channels), statistics are
+// _batch_norm.py, docs/semantics.md section 3): x is a matrix X[R, C] (C = channels), statistics are
 // float32, y is rounded back to T once. Validation returns an error message without the op name
 // (the adapter adds it), "" when the input is fine.
 #pragma once

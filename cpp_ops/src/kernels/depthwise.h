@@ -2,7 +2,7 @@
 // shapes (no ONNX Runtime types). Validation first (a non-empty string is the error message,
 // without the op name, which the adapter prefixes), then kernels that trust a validated Geometry.
 //
-// Arithmetic follows TensorFlow's CPU kernels (docs/tf-semantics.md section 4): taps in
+// Arithmetic follows TensorFlow's CPU kernels (docs/semantics.md section 4): taps in
 // row-major filter order, multiply then add with no fused multiply-add; 16-bit types compute
 // each tap in float and round the accumulator to the storage type after every tap. Deviations
 // (see ort_ops/specs/depthwise.py): true dilations, NCHW, padding taps skipped.

@@ -1,5 +1,5 @@
 // FakeQuantWithMinMax{Args,Vars,VarsPerChannel} and their gradients as plain functions over float
-// buffers, reproducing TensorFlow's CPU kernels bit for bit (docs: tf-semantics.md section 1).
+// buffers, reproducing TensorFlow's CPU kernels bit for bit (docs/semantics.md section 1).
 // No ONNX Runtime types here; the adapters in cpp_ops/src/ort/fake_quant_ops.cc validate the inputs.
 #pragma once
 

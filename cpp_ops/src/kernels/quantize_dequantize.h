@@ -1,5 +1,5 @@
 // QuantizeAndDequantize{V2,V3,V4} and QuantizeAndDequantizeV4Grad as plain functions over float or
-// double buffers, reproducing TensorFlow's CPU kernels bit for bit (tf-semantics.md section 2).
+// double buffers, reproducing TensorFlow's CPU kernels bit for bit (docs/semantics.md section 2).
 // No ONNX Runtime types here; the adapters in cpp_ops/src/ort/quantize_dequantize_ops.cc validate.
 //
 // Every tensor is viewed as [pre, depth, post] (depth = dims[axis]; axis -1: [1, 1, n]); channel c

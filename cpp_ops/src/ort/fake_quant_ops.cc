@@ -1,5 +1,5 @@
 // ORT adapters for FakeQuantWithMinMax{Args,Vars,VarsPerChannel}(+Gradient): attribute and input
-// validation with TF's messages (tf-semantics.md 1.5), then the kernels in kernels/fake_quant.h.
+// validation with TF's messages (docs/semantics.md section 1.5), then the kernels in kernels/fake_quant.h.
 #include <algorithm>
 
 #include "kernels/fake_quant.h"

@@ -1,5 +1,5 @@
 // ORT adapters for QuantizeAndDequantize{V2,V3,V4} and QuantizeAndDequantizeV4Grad (float, double):
-// validation in TF's order and wording (tf-semantics.md 2.4/2.5, as ort_ops/reference does it),
+// validation in TF's order and wording (docs/semantics.md sections 2.4 and 2.5, as ort_ops/reference does it),
 // then the kernels in kernels/quantize_dequantize.h.
 #include <algorithm>
 #include <string>
