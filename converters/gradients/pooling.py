@@ -69,7 +69,7 @@ def _max_pool_grad(ctx, node, ksize, strides):
     rows = _window_starts(height, kh, sh, *padded[0])
     cols = _window_starts(width, kw, sw, *padded[1])
     first = (rows[:, None] * width + cols[None, :]).reshape(-1)
-    flat_x = b.op("Reshape", x, b.const([0, 0, -1], np.int64))
+    flat_x = b.op("Reshape", x, b.const([0, 0, height * width], np.int64))
     first_x = b.op("Gather", flat_x, b.const(first, np.int64), axis=2)
     first_x = b.op("Reshape", first_x, b.op("Shape", argmax))
     plane = b.const(height * width, np.int64)
