@@ -210,3 +210,31 @@ def test_exact_gelu_and_its_gradient(lowering):
     # gelu(x) = x * erfc(.) / 2 and dgelu = erfc(.) / 2 + x * pdf: erfc's relative error plus a few ulp
     # of the product and the sum.
     _check(model, fn, [x], exact=False, rtol=ERFC_RTOL + 1e-6, atol=ERFC_ATOL)
+
+
+# ---------------------------------------------------------------- Conv2D backprops after a padded gradient
+
+
+@pytest.mark.parametrize("lowering", LOWERINGS)
+def test_conv_backprops_whose_out_backprop_shape_tf2onnx_lost(lowering):
+    """With a None batch, Pad's gradient is a Slice of run-time size, and tf2onnx knows nothing of its
+    shape; the conv backprops behind it take out_backprop's spatial size from the forward geometry.
+    Both are sums (ORT's Conv adds in another order than TF), so verify's float32 tolerance applies."""
+    signature = [tf.TensorSpec([None, 5, 6, 2], tf.float32)]
+    w1 = tf.constant(rng.standard_normal((3, 3, 2, 3)).astype(np.float32))
+    w2 = tf.constant(rng.standard_normal((2, 2, 3, 2)).astype(np.float32))
+
+    @tf.function(input_signature=signature)
+    def fn(x):
+        with tf.GradientTape() as tape:
+            tape.watch([x, w1, w2])
+            h = tf.nn.conv2d(x, w1, strides=2, padding="SAME")
+            h = tf.pad(h, [[0, 0], [1, 0], [0, 2], [0, 0]])
+            y = tf.nn.conv2d(h, w2, strides=1, padding="VALID")
+            loss = tf.reduce_sum(y * y)
+        return tape.gradient(loss, [x, w1, w2])
+
+    ops = {op.type for op in fn.get_concrete_function(*signature).graph.get_operations()}
+    assert {"Conv2DBackpropInput", "Conv2DBackpropFilter"} <= ops
+    model = _convert(fn, signature, lowering)
+    _check(model, fn, [rng.standard_normal((3, 5, 6, 2)).astype(np.float32)], exact=False)
