@@ -53,7 +53,8 @@ class _Geometry:
         """(out, pad_before, pad_after) of spatial ``axis`` (0 rows, 1 cols) for a known input size."""
         explicit = self.explicit[axis] if self.explicit else None
         try:
-            return output_size(self.lw.op_type, size, k, self.stride, self.dilations[axis], self.padding, explicit)
+            return output_size(self.lw.op_type, size, k, self.stride, self.dilations[axis], self.padding, explicit,
+                               ("rows", "cols")[axis])
         except OpError as e:
             self.lw.fail(str(e))
 
