@@ -380,6 +380,25 @@ def test_shape_ops_with_none_batch(lowering):
     _check(shapes64, [ones(2, 3), ones(0, 4, 1)], lowering, none_batch=True)
 
 
+RESIZES = [((4, 5), (8, 10)), ((5, 7), (3, 4)), ((3, 3), (7, 5)), ((1, 3), (4, 2))]
+
+
+@pytest.mark.parametrize("lowering", LOWERINGS)
+@pytest.mark.parametrize("align_corners,half_pixel_centers", [(False, False), (True, False), (False, True)])
+def test_resize_grads(align_corners, half_pixel_centers, lowering):
+    """Nearest: bit-exact (a scatter-add in TF's order). Bilinear: sums of at most 4 * 4 terms."""
+    rng = np.random.default_rng(12)
+    flags = dict(align_corners=align_corners, half_pixel_centers=half_pixel_centers)
+    for (h, w), (oh, ow) in RESIZES:
+        g = rng.standard_normal((2, oh, ow, 3)).astype(f32)
+        g.reshape(-1)[:4] = f32([-0.0, np.nan, np.inf, 1e-40])
+        nearest = lambda d: raw.ResizeNearestNeighborGrad(grads=d, size=[h, w], **flags)  # noqa: E731
+        _check(nearest, [g], lowering, none_batch=True)
+        g = rng.standard_normal((2, oh, ow, 3)).astype(f32)
+        bilinear = lambda d, im: raw.ResizeBilinearGrad(grads=d, original_image=im, **flags)  # noqa: E731
+        _sum_check(bilinear, [g, np.zeros((2, h, w, 3), f32)], lowering, none_batch=True)
+
+
 # ---------------------------------------------------------------- registry, errors, tolerances
 
 ITEM_ONE_OPS = {
@@ -387,7 +406,7 @@ ITEM_ONE_OPS = {
     "SqrtGrad", "RsqrtGrad", "ReciprocalGrad", "InvGrad", "BiasAddGrad", "Conv2DBackpropFilter",
     "Conv2DBackpropInput", "MaxPoolGrad", "MaxPoolGradV2", "AvgPoolGrad", "SoftmaxCrossEntropyWithLogits",
     "SparseSoftmaxCrossEntropyWithLogits", "L2Loss", "StridedSliceGrad", "BroadcastGradientArgs",
-    "ConcatOffset", "ShapeN",
+    "ConcatOffset", "ShapeN", "ResizeBilinearGrad", "ResizeNearestNeighborGrad",
 }
 
 

@@ -28,6 +28,7 @@ HANDLER_MODULES = (
     "pooling",
     "losses",
     "slicing",
+    "resizing",
     "shapes",
 )
 
