@@ -4,14 +4,23 @@ No TensorFlow here: the live comparisons (Eigen and oneDNN kernels) are in test_
 
 Tolerances (why not bit-exact): TF's AVX kernels compute rsqrt for the channels that fill whole 8-float
 packets as the RSQRTPS estimate plus one Newton step, which is 1-2 float32 ulp away from the correctly
-rounded 1/sqrt used here (and depends on the CPU vendor, so it cannot be emulated portably). Every output
-is a handful of float32 operations from that rsqrt (sums of up to ~100 terms here), so float32 outputs land
-within ~1e-7 of TF relative to the size of their terms; FLOAT32_TOL = 1e-5 leaves headroom for builds whose
-reductions order differently (oneDNN), while any formula error is orders of magnitude larger. Sizes are
-measured against max(1, max|expected|): inputs are O(1), so a sum that cancels to near 0 is still judged
-against the size of its terms. float16/bfloat16 outputs are the float32 result rounded to T, so a 1-ulp
-float32 difference can flip one rounding: tolerance one unit in the last place of T at that size.
-Channels TF computes with scalar 1/sqrt (index >= 8*floor(C/8)) must match bit for bit (numpy kernels).
+rounded 1/sqrt used here (and depends on the CPU vendor, so it cannot be emulated portably); oneDNN also sums
+the per-channel reductions (mean, variance, the gradients' sum(dy) and sum(dy*xhat)) in its own order. Every
+output is a few float32 operations from that rsqrt and those sums: y = (x - mean)*k + offset with
+k = rsqrt(var + eps)*scale, and x_backprop = k*(dy - mean(dy) - xhat*mean(dy*xhat)) (training), so its error
+relative to the size of its terms is a few ulps from k plus the reduction's ordering error, which for
+independent rounding errors grows like sqrt(R)*u, R <= 256 here. Sizes are measured against
+max(1, max|expected|): inputs are O(1), so a sum that cancels to near 0 is still judged against the size of
+its terms. Measured over the goldens and the live cases (Eigen and oneDNN, both backends), the worst float32
+error is 3.9 ulps (2^-23) of that size (Eigen's FusedBatchNormGrad x_backprop; oneDNN: 2.7), so
+FLOAT32_TOL = 16 ulps = 2^-19 (1.9e-6) leaves 4x headroom. Dropping epsilon changes y by about
+eps/(2*var) relative (>= 16 ulps for the epsilons and variances of nearly every case) and fails it on every
+golden and live case where the float64 math says epsilon moves an output by more than twice the tolerance
+(test_dropping_epsilon_fails_the_tolerance).
+float16/bfloat16 outputs are the float32 result rounded to T, so a float32 difference of a few ulps can flip
+one rounding: tolerance one unit in the last place of T at that size (worst measured: float16 0.54 of it,
+bfloat16 0). Channels TF computes with scalar 1/sqrt (index >= 8*floor(C/8)) must match bit for bit (numpy
+kernels).
 """
 from __future__ import annotations
 
@@ -30,8 +39,8 @@ GRAD_OPS = ("FusedBatchNormGrad", "FusedBatchNormGradV2", "FusedBatchNormGradV3"
 ALL_OPS = FORWARD_OPS + GRAD_OPS
 F32, F16, BF16 = np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)
 
-FLOAT32_TOL = 1e-5
-ULP_OF = {F32: FLOAT32_TOL, F16: 2.0**-10, BF16: 2.0**-7}  # machine epsilon of T = 1 ulp at 1.0
+FLOAT32_TOL = 16 * 2.0**-23  # 16 float32 ulps at the output's size (module docstring)
+ULP_OF = {F32: FLOAT32_TOL, F16: 2.0**-10, BF16: 2.0**-7}  # float16/bfloat16: machine epsilon of T = 1 ulp at 1.0
 EPS = float(np.float32(1e-4))
 
 
@@ -82,6 +91,62 @@ def test_goldens(backend, op):
             continue
         got = run(backend, op, case["inputs"], case["attrs"])
         compare_outputs(got, case["outputs"], what, skip=golden_compared(case["outputs"]))
+
+
+def float64_outputs(op, inputs, attrs):
+    """The op's exact math (the shared kernels in float64) for float inputs of any precision."""
+    attrs = ort_ops.get_spec(op).with_defaults(attrs)
+    args = [np.asarray(x).astype(np.float64) for x in inputs[:5]]
+    if op in FORWARD_OPS:
+        return bn.forward("float64", bn.FORMATS_5D, *args, attrs["epsilon"], attrs["exponential_avg_factor"],
+                          attrs["data_format"], attrs["is_training"])
+    return bn.backward("float64", bn.FORMATS_5D, *args, attrs["epsilon"], attrs["data_format"], attrs["is_training"])
+
+
+def epsilon_matters(op, inputs, attrs, outputs, compared):
+    """Whether, in exact math, dropping epsilon moves a compared output by more than twice its tolerance."""
+    with np.errstate(all="ignore"):
+        with_eps = float64_outputs(op, inputs, attrs)
+        without = float64_outputs(op, inputs, {**attrs, "epsilon": 0.0})
+    for i in compared:
+        if i >= len(with_eps):
+            continue  # FusedBatchNormV3's reserve_space_3 placeholder
+        want = outputs[i].astype(np.float64)
+        finite = np.isfinite(want)
+        if not finite.any():
+            continue
+        if not np.array_equal(np.isfinite(with_eps[i]), np.isfinite(without[i])):
+            return True
+        size = max(1.0, float(np.max(np.abs(want[finite]))))
+        with np.errstate(invalid="ignore"):
+            moved = np.abs(with_eps[i] - without[i])[finite]
+        if np.nanmax(moved, initial=0.0) > 2 * ULP_OF[outputs[i].dtype] * size:
+            return True
+    return False
+
+
+@pytest.mark.parametrize("op", ALL_OPS)
+def test_dropping_epsilon_fails_the_tolerance(op):
+    """An implementation that forgets epsilon (the reference run with epsilon=0) fails the comparison with TF
+    on every golden case where epsilon moves an output by more than twice the tolerance, and such cases are
+    most float32 cases (the tolerance is far below epsilon's effect). (In the float16/bfloat16 forward goldens
+    epsilon is below half an ulp of T, so it cannot show there; in their gradients it does.)"""
+    spec = ort_ops.get_spec(op)
+    cases = [c for c in load_cases(op) if "error" not in c]
+    float32_cases = [c for c in cases if c["outputs"][0].dtype == F32]
+    matter = float32_matter = 0
+    for case in cases:
+        skip = golden_compared(case["outputs"])
+        compared = [i for i in range(len(case["outputs"])) if i not in skip]
+        if not epsilon_matters(op, case["inputs"], case["attrs"], case["outputs"], compared):
+            continue
+        matter += 1
+        float32_matter += case["outputs"][0].dtype == F32
+        without = spec.run_reference(case["inputs"], {**case["attrs"], "epsilon": 0.0})
+        with pytest.raises(AssertionError):
+            compare_outputs(without, case["outputs"], f"{op} [{case['note']}] without epsilon", skip)
+    assert matter >= 20 and float32_matter >= 0.8 * len(float32_cases), (
+        f"{op}: epsilon shows in only {float32_matter} of {len(float32_cases)} float32 cases")
 
 
 @pytest.mark.parametrize("op", ALL_OPS)
