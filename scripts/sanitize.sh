@@ -31,6 +31,18 @@ if [ -f "$BUILD/CMakeCache.txt" ] && ! grep -qx "CMAKE_GENERATOR:INTERNAL=$GENER
     rm -rf "$BUILD"
 fi
 
+# The ONNX Runtime headers that `pip install .` already fetched into its build folder, if any (else
+# CMake finds or fetches them itself, see CMakeLists.txt).
+if [ -z "${ORT_INCLUDE_DIR:-}" ]; then
+    for dir in "$ROOT"/build/*/ort_headers/usr/include/onnxruntime; do
+        if [ -f "$dir/onnxruntime_c_api.h" ]; then
+            ORT_INCLUDE_DIR=$dir
+            export ORT_INCLUDE_DIR
+            break
+        fi
+    done
+fi
+
 cmake -S "$ROOT" -B "$BUILD" -G "$GENERATOR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTFOPS_SANITIZE=ON >/dev/null
 cmake --build "$BUILD" --parallel
 
