@@ -5,8 +5,10 @@ for bit: ONNX Runtime's Conv and ReduceSum add in another order than TF's Eigen 
 
 Conv2DBackpropFilter is a convolution of the input with the output gradient (batch as the channel
 axis, the forward stride as the dilation and the forward dilation as the stride). Conv2DBackpropInput
-is a full ConvTranspose cropped by the forward padding; it replaces tf2onnx's handler, which this
-package's tests found to differ from TF for some padding/dilation combinations (see the tests).
+is a full ConvTranspose cropped by the forward padding; being registered here, it always replaces
+tf2onnx's handler (and tf2onnx's Conv2D+Add rewriter), so one code path covers SAME/VALID/EXPLICIT,
+strides and dilations (tests/test_gradient_ops.py checks them against TF or, where TF's CPU kernel
+has no dilation/NCHW support, against NumPy).
 """
 from __future__ import annotations
 
