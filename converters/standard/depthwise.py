@@ -115,6 +115,18 @@ def _sizes(lw: Lowering, index: int, label: str):
     return [int(v) for v in value]
 
 
+def _static_input_sizes(lw: Lowering):
+    """input_sizes as a constant, or (a None batch: it is Shape(x) at run time) the output's static
+    shape, whose spatial and channel dims are all this lowering reads (the batch entry becomes 0)."""
+    if lw.constant_value(0) is not None:
+        return _sizes(lw, 0, "input_sizes")
+    shape = lw.ctx.get_shape(lw.outputs[0])
+    if shape is None or len(shape) != 4 or min(shape[1:]) < 0:
+        lw.fail(f"input_sizes must be a constant for the standard lowering, or the output's shape known but for "
+                f"the batch (got {shape})")
+    return [max(shape[0], 0)] + [int(v) for v in shape[1:]]
+
+
 def lower_forward(ctx, node):
     lw = Lowering(ctx, node)
     t = _element_type(lw, [0, 1])
@@ -147,7 +159,7 @@ def lower_backprop_input(ctx, node):
     lw = Lowering(ctx, node)
     t = _element_type(lw, [1, 2])
     geo = _Geometry(lw)
-    sizes = _sizes(lw, 0, "input_sizes")
+    sizes = _static_input_sizes(lw)
     kh, kw, c, m = _filter_dims(lw, lw.shape(1))
     n_c = sizes[3] if geo.nhwc else sizes[1]
     if n_c != c:
