@@ -17,33 +17,86 @@ def z(*shape, dtype=f32):
     return np.zeros(shape, dtype)
 
 
-DW = {"strides": [1, 2, 2, 1], "padding": "SAME"}
-# op -> (inputs, attrs, expected output shapes, indices of inputs given as constants)
+def grid(*shape, low=-8.0, high=8.0, dtype=f32):
+    """Values on a 1/64 grid spread over [low, high]: they straddle every quantization range and step used
+    below (so num_bits, narrow_range, min/max and round_mode all move some output), and hit exact ties."""
+    count = int(np.prod(shape))
+    values = np.round(np.linspace(low, high, count) * 64) / 64
+    return np.random.default_rng(count).permutation(values).reshape(shape).astype(dtype)
+
+
+def rand(*shape, loc=0.0, dtype=f32):
+    return (np.random.default_rng(sum(shape) + 7 * len(shape)).standard_normal(shape) + loc).astype(dtype)
+
+
+FQ = {"num_bits": 4}
+DW = {"strides": [1, 2, 2, 1], "padding": "EXPLICIT", "explicit_paddings": [0, 0, 1, 1, 1, 1, 0, 0]}  # = SAME here
+BN = {"epsilon": 0.25, "exponential_avg_factor": 0.3}
+QDQ_RANGE = (f32(-4), f32(127 / 32))  # a quantization step of exactly 1/32 for 8 signed bits: grid() has ties
+# op -> (inputs, attrs, expected output shapes, indices of inputs given as constants). The inputs are chosen
+# so that every attribute changes the result (test_every_attribute_reaches_the_kernel).
 SAMPLES = {
-    "FakeQuantWithMinMaxArgs": ([z(2, 3)], {"num_bits": 4}, [(2, 3)], ()),
-    "FakeQuantWithMinMaxArgsGradient": ([z(2, 3), z(2, 3)], {}, [(2, 3)], ()),
-    "FakeQuantWithMinMaxVars": ([z(2, 3), f32(-1), f32(1)], {}, [(2, 3)], ()),
-    "FakeQuantWithMinMaxVarsGradient": ([z(2, 3), z(2, 3), f32(-1), f32(1)], {}, [(2, 3), (), ()], ()),
-    "FakeQuantWithMinMaxVarsPerChannel": ([z(2, 3), z(3), z(3)], {}, [(2, 3)], ()),
-    "FakeQuantWithMinMaxVarsPerChannelGradient": ([z(2, 3), z(2, 3), z(3), z(3)], {}, [(2, 3), (3,), (3,)], ()),
-    "QuantizeAndDequantizeV2": ([z(2, 3), f32(0), f32(1)], {"round_mode": "HALF_UP"}, [(2, 3)], ()),
-    "QuantizeAndDequantizeV3": ([z(2, 3, dtype=np.float64), np.float64(0), np.float64(1), np.int32(8)], {}, [(2, 3)], ()),
-    "QuantizeAndDequantizeV4": ([z(2, 3), z(3), z(3)], {"axis": 1, "range_given": 1}, [(2, 3)], ()),
-    "QuantizeAndDequantizeV4Grad": ([z(2, 3), z(2, 3), f32(0), f32(1)], {}, [(2, 3), (), ()], ()),
-    "FusedBatchNorm": ([z(2, 4, 4, 3)] + [z(3)] * 4, {}, [(2, 4, 4, 3)] + [(3,)] * 4, ()),
-    "FusedBatchNormV2": ([z(2, 3, 4, 4, dtype=np.float16)] + [z(3)] * 4, {"data_format": "NCHW"}, [(2, 3, 4, 4)] + [(3,)] * 4, ()),
-    "FusedBatchNormV3": ([z(2, 2, 4, 4, 5)] + [z(5)] * 4, {"data_format": "NDHWC"}, [(2, 2, 4, 4, 5)] + [(5,)] * 4 + [()], ()),
-    "FusedBatchNormGrad": ([z(2, 4, 4, 3), z(2, 4, 4, 3)] + [z(3)] * 3, {}, [(2, 4, 4, 3), (3,), (3,), (0,), (0,)], ()),
-    "FusedBatchNormGradV2": ([z(2, 4, 4, 3), z(2, 4, 4, 3)] + [z(3)] * 3, {}, [(2, 4, 4, 3), (3,), (3,), (0,), (0,)], ()),
-    "FusedBatchNormGradV3": ([z(2, 3, 4, 4), z(2, 3, 4, 4)] + [z(3)] * 3 + [z(0)], {"data_format": "NCHW"}, [(2, 3, 4, 4), (3,), (3,), (0,), (0,)], ()),
-    "DepthwiseConv2dNative": ([z(1, 5, 5, 2), z(3, 3, 2, 3)], DW, [(1, 3, 3, 6)], ()),
-    "DepthwiseConv2dNativeBackpropInput": ([np.array([1, 5, 5, 2], np.int32), z(3, 3, 2, 3), z(1, 3, 3, 6)], DW, [(1, 5, 5, 2)], (0,)),
-    "DepthwiseConv2dNativeBackpropFilter": ([z(1, 5, 5, 2), np.array([3, 3, 2, 3], np.int32), z(1, 3, 3, 6)], DW, [(3, 3, 2, 3)], (1,)),
+    "FakeQuantWithMinMaxArgs": ([grid(4, 50)], {"min": -3.0, "max": 5.0, **FQ}, [(4, 50)], ()),
+    "FakeQuantWithMinMaxArgsGradient": ([rand(4, 50), grid(4, 50)], {"min": -3.0, "max": 5.0, **FQ}, [(4, 50)], ()),
+    "FakeQuantWithMinMaxVars": ([grid(4, 50), f32(-3), f32(5)], FQ, [(4, 50)], ()),
+    "FakeQuantWithMinMaxVarsGradient": ([rand(4, 50), grid(4, 50), f32(-3), f32(5)], FQ, [(4, 50), (), ()], ()),
+    "FakeQuantWithMinMaxVarsPerChannel": ([grid(50, 3), f32([-3, -1, -6]), f32([5, 2, 1])], FQ, [(50, 3)], ()),
+    "FakeQuantWithMinMaxVarsPerChannelGradient": ([rand(50, 3), grid(50, 3), f32([-3, -1, -6]), f32([5, 2, 1])], FQ,
+                                                  [(50, 3), (3,), (3,)], ()),
+    "QuantizeAndDequantizeV2": ([grid(4, 50, low=-5, high=5), *QDQ_RANGE], {"range_given": True}, [(4, 50)], ()),
+    "QuantizeAndDequantizeV3": ([grid(4, 50, low=-5, high=5, dtype=np.float64), np.float64(-4), np.float64(127 / 32),
+                                 np.int32(8)], {}, [(4, 50)], ()),
+    "QuantizeAndDequantizeV4": ([grid(4, 50, low=-5, high=5), *QDQ_RANGE], {"range_given": True}, [(4, 50)], ()),
+    "QuantizeAndDequantizeV4Grad": ([rand(4, 50), grid(4, 50), f32(-3), f32(5)], {}, [(4, 50), (), ()], ()),
+    "FusedBatchNorm": ([rand(2, 3, 3, 3, loc=1)] + [rand(3, loc=1)] * 4, BN, [(2, 3, 3, 3)] + [(3,)] * 4, ()),
+    "FusedBatchNormV2": ([rand(2, 3, 3, 3, loc=1, dtype=np.float16)] + [rand(3, loc=1)] * 4,
+                         {**BN, "data_format": "NCHW"}, [(2, 3, 3, 3)] + [(3,)] * 4, ()),
+    "FusedBatchNormV3": ([rand(2, 3, 3, 3, 3, loc=1)] + [rand(3, loc=1)] * 4, {**BN, "data_format": "NDHWC"},
+                         [(2, 3, 3, 3, 3)] + [(3,)] * 4 + [()], ()),
+    "FusedBatchNormGrad": ([rand(2, 3, 3, 3), rand(2, 3, 3, 3, loc=1), rand(3, loc=1), rand(3), rand(3, loc=2)],
+                           {"epsilon": 0.25}, [(2, 3, 3, 3), (3,), (3,), (0,), (0,)], ()),
+    "FusedBatchNormGradV2": ([rand(2, 3, 3, 3), rand(2, 3, 3, 3, loc=1), rand(3, loc=1), rand(3), rand(3, loc=2)],
+                             {"epsilon": 0.25}, [(2, 3, 3, 3), (3,), (3,), (0,), (0,)], ()),
+    "FusedBatchNormGradV3": ([rand(2, 3, 3, 3), rand(2, 3, 3, 3, loc=1), rand(3, loc=1), rand(3), rand(3, loc=2), z(0)],
+                             {"epsilon": 0.25, "data_format": "NCHW"}, [(2, 3, 3, 3), (3,), (3,), (0,), (0,)], ()),
+    "DepthwiseConv2dNative": ([rand(1, 5, 5, 5), rand(3, 3, 5, 3)], DW, [(1, 3, 3, 15)], ()),
+    "DepthwiseConv2dNativeBackpropInput": ([np.array([1, 5, 5, 5], np.int32), rand(3, 3, 5, 3), rand(1, 3, 3, 15)], DW,
+                                           [(1, 5, 5, 5)], (0,)),
+    "DepthwiseConv2dNativeBackpropFilter": ([rand(1, 5, 5, 5), np.array([3, 3, 5, 3], np.int32), rand(1, 3, 3, 15)], DW,
+                                            [(3, 3, 5, 3)], (1,)),
+}
+
+# op -> {attribute: another value}; every attribute of every op must be listed.
+_QDQ_ATTRS = {"signed_input": False, "num_bits": 6, "range_given": False, "round_mode": "HALF_UP",
+              "narrow_range": True, "axis": 1}
+_DW_ATTRS = {"strides": [1, 1, 1, 1], "padding": "VALID", "explicit_paddings": [0, 0, 2, 0, 0, 2, 0, 0],
+             "data_format": "NCHW", "dilations": [1, 2, 2, 1]}
+_FQ_ATTRS = {"num_bits": 6, "narrow_range": True}
+OTHER_VALUES = {
+    "FakeQuantWithMinMaxArgs": {"min": -2.0, "max": 4.0, **_FQ_ATTRS},
+    "FakeQuantWithMinMaxArgsGradient": {"min": -2.0, "max": 4.0, **_FQ_ATTRS},
+    "FakeQuantWithMinMaxVars": _FQ_ATTRS,
+    "FakeQuantWithMinMaxVarsGradient": _FQ_ATTRS,
+    "FakeQuantWithMinMaxVarsPerChannel": _FQ_ATTRS,
+    "FakeQuantWithMinMaxVarsPerChannelGradient": _FQ_ATTRS,
+    "QuantizeAndDequantizeV2": _QDQ_ATTRS,
+    "QuantizeAndDequantizeV3": {k: v for k, v in _QDQ_ATTRS.items() if k not in ("num_bits", "round_mode")},
+    "QuantizeAndDequantizeV4": _QDQ_ATTRS,
+    "QuantizeAndDequantizeV4Grad": {"axis": 1},
+    "FusedBatchNorm": {"epsilon": 0.5, "exponential_avg_factor": 1.0, "data_format": "NCHW", "is_training": False},
+    "FusedBatchNormV2": {"epsilon": 0.5, "exponential_avg_factor": 1.0, "data_format": "NHWC", "is_training": False},
+    "FusedBatchNormV3": {"epsilon": 0.5, "exponential_avg_factor": 1.0, "data_format": "NCDHW", "is_training": False},
+    "FusedBatchNormGrad": {"epsilon": 0.5, "data_format": "NCHW", "is_training": False},
+    "FusedBatchNormGradV2": {"epsilon": 0.5, "data_format": "NCHW", "is_training": False},
+    "FusedBatchNormGradV3": {"epsilon": 0.5, "data_format": "NHWC", "is_training": False},
+    "DepthwiseConv2dNative": _DW_ATTRS,
+    "DepthwiseConv2dNativeBackpropInput": _DW_ATTRS,
+    "DepthwiseConv2dNativeBackpropFilter": _DW_ATTRS,
 }
 
 
 def test_every_op_has_a_sample():
-    assert set(SAMPLES) == set(ort_ops.OP_NAMES)
+    assert set(SAMPLES) == set(OTHER_VALUES) == set(ort_ops.OP_NAMES)
     assert len(ort_ops.OP_SPECS) == 19
 
 
@@ -140,3 +193,48 @@ def test_readme_op_reference_is_current():
     text = (ROOT / "README.md").read_text()
     start, end = text.index(docs.BEGIN), text.index(docs.END) + len(docs.END)
     assert text[start:end] == docs.render(), "run `python -m ort_ops.docs --update README.md`"
+
+
+def _evaluate(op, inputs, attrs, consts):
+    """The reference evaluator's outputs for a one-node model, or the exception it raised."""
+    spec = ort_ops.get_spec(op)
+    model = ort_ops.make_single_op_model(op, inputs, attrs, constant_inputs=consts, typed_outputs=False)
+    feeds = {p.name: x for i, (p, x) in enumerate(zip(spec.inputs, inputs)) if i not in consts}
+    try:
+        return [np.asarray(o) for o in ort_ops.reference_evaluator(model).run(None, feeds)]
+    except Exception as e:  # compared with the kernel's own error below
+        return e
+
+
+def _kernel(op, inputs, attrs):
+    try:
+        return [np.asarray(o) for o in ort_ops.get_spec(op).run_reference(inputs, attrs)]
+    except OpError as e:
+        return e
+
+
+def _same(a, b):
+    if isinstance(a, Exception) or isinstance(b, Exception):
+        return isinstance(a, Exception) and isinstance(b, Exception) and (str(b) in str(a) or str(a) in str(b))
+    return len(a) == len(b) and all(x.dtype == y.dtype and x.shape == y.shape and np.array_equal(x, y, equal_nan=True)
+                                     for x, y in zip(a, b))
+
+
+@pytest.mark.parametrize("op", sorted(SAMPLES))
+def test_every_attribute_reaches_the_kernel(op):
+    """A dropped or misforwarded attribute shows: for each attribute, another value changes the kernel's result
+    on the sample (other values or shapes, or an error), and the evaluator gives exactly the kernel's result
+    (or its error) for both values. The two values differ, so at least one is not TF's default: an evaluator
+    that dropped the attribute would run that one with the default and give a different result."""
+    inputs, attrs, _, consts = SAMPLES[op]
+    spec = ort_ops.get_spec(op)
+    assert set(OTHER_VALUES[op]) == {a.name for a in spec.attrs}, "every attribute needs another value"
+    base = _kernel(op, inputs, attrs)
+    assert not isinstance(base, Exception), base
+    assert _same(_evaluate(op, inputs, attrs, consts), base)
+    for name, value in OTHER_VALUES[op].items():
+        assert value != spec.with_defaults(attrs)[name], f"{op}.{name}: the other value is the sample's"
+        changed = {**attrs, name: value}
+        want = _kernel(op, inputs, changed)
+        assert not _same(want, base), f"{op}.{name}={value!r} does not change the kernel's result on the sample"
+        assert _same(_evaluate(op, inputs, changed, consts), want), f"{op}.{name}={value!r}: evaluator != kernel"
