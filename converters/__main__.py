@@ -4,6 +4,7 @@
   python -m converters --graphdef FILE.pb --inputs a:0,b:0 --outputs y:0 --output OUT.onnx
   python -m converters --keras FILE.keras --output OUT.onnx
   common: --opset N (17) --lowering custom|standard --verify [--seed S]
+  state (SavedModel and Keras sources): --variable-update-outputs --trainable-inputs
 
 Exit status: 0 on success; 1 when conversion fails (unconverted ops are listed one per line);
 2 for bad arguments; 3 when --verify finds an output outside its tolerance.
@@ -31,11 +32,23 @@ def parse_args(argv=None):
     p.add_argument("--output", required=True, metavar="OUT.onnx", help="where to write the ONNX model")
     p.add_argument("--opset", type=int, default=17, help="ONNX opset (default 17)")
     p.add_argument("--lowering", choices=("custom", "standard"), default="custom")
+    p.add_argument(
+        "--variable-update-outputs", action="store_true",
+        help="add each variable the function assigns (batch-norm moving statistics, quantization ranges) as an extra "
+        "output holding its new value, named after the variable (default: leave the updates out, with a warning)",
+    )
+    p.add_argument(
+        "--trainable-inputs", action="store_true",
+        help="keep the trainable variables as graph inputs named after them, with their current values as "
+        "same-name initializers (feed new weights step after step)",
+    )
     p.add_argument("--verify", action="store_true", help="run TF and ONNX Runtime on seeded random inputs and compare")
     p.add_argument("--seed", type=int, default=0, help="seed of the --verify inputs")
     args = p.parse_args(argv)
     if args.graphdef and not (args.inputs and args.outputs):
         p.error("--graphdef needs --inputs and --outputs")
+    if args.graphdef and (args.variable_update_outputs or args.trainable_inputs):
+        p.error("--variable-update-outputs and --trainable-inputs need a SavedModel or Keras source (a GraphDef has no variables)")
     return args
 
 
@@ -49,6 +62,26 @@ def _load_keras(path):
     return tf_keras.models.load_model(path, compile=False)
 
 
+def _variable_update_names(model):
+    from converters.variable_state import VARIABLE_UPDATES_KEY
+
+    props = {p.key: p.value for p in model.metadata_props}
+    return [n for n in props.get(VARIABLE_UPDATES_KEY, "").split(",") if n]
+
+
+def _without_extra_outputs(model, names):
+    import onnx
+
+    trimmed = onnx.ModelProto()
+    trimmed.CopyFrom(model)
+    keep = [o for o in trimmed.graph.output if o.name not in set(names)]
+    del trimmed.graph.output[:]
+    trimmed.graph.output.extend(keep)
+    if names:
+        print(f"--verify compares the function's outputs; the {len(names)} variable-update outputs are left out")
+    return trimmed
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -56,15 +89,18 @@ def main(argv=None) -> int:
     from converters.errors import ConversionError, UnconvertedOpsError
 
     common = dict(lowering=args.lowering, opset=args.opset, output_path=args.output)
+    state = dict(variable_updates="outputs" if args.variable_update_outputs else "warn", trainable_inputs=args.trainable_inputs)
     keras_model = None
     try:
         if args.saved_model:
-            model = converters.from_saved_model(args.saved_model, signature_key=args.signature_key, tags=args.tag, **common)
+            model = converters.from_saved_model(
+                args.saved_model, signature_key=args.signature_key, tags=args.tag, **common, **state
+            )
         elif args.graphdef:
             model = converters.from_graph_def(args.graphdef, _split(args.inputs), _split(args.outputs), **common)
         else:
             keras_model = _load_keras(args.keras)
-            model = converters.from_keras(keras_model, **common)
+            model = converters.from_keras(keras_model, **common, **state)
     except UnconvertedOpsError as e:
         print(f"error: {len(e.ops)} TensorFlow op(s) could not be converted:", file=sys.stderr)
         for op_type, name in e.ops:
@@ -77,6 +113,10 @@ def main(argv=None) -> int:
 
     if not args.verify:
         return 0
+    if args.variable_update_outputs:
+        # TF's function returns only its own outputs; the new variable values are checked by the tests
+        # (tests/test_state_outputs.py), --verify compares the function's outputs.
+        model = _without_extra_outputs(model, _variable_update_names(model))
     if args.saved_model:
         tags = None if args.tag is None else _split(args.tag)
         report = converters.verify_saved_model(args.saved_model, model, args.signature_key, tags, seed=args.seed)

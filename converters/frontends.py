@@ -61,22 +61,21 @@ def from_concrete_function(
     import tensorflow as tf
     from tf2onnx import tf_loader
 
-    from converters.variable_state import add_variable_initializers, freeze
+    from converters.variable_state import add_variable_initializers, freeze, record_state
 
     input_names, output_names = _io_names(concrete_func)
     renames = _structured_renames(concrete_func, input_names, output_names)
     tables = None
-    trainable_values = {}
+    frozen_state = None
     with tf.device("/cpu:0"):
         if trackable is not None and _has_non_variable_resources(concrete_func):
             if variable_updates != "warn" or trainable_inputs:
                 raise ValueError("variable_updates and trainable_inputs are not supported for functions that use tables")
             frozen, tables = tf_loader.from_trackable(trackable, concrete_func, input_names, output_names, False)
         else:
-            result = freeze(concrete_func, input_names, output_names, variable_updates, trainable_inputs)
-            frozen, input_names, output_names = result.graph_def, result.input_names, result.output_names
-            renames.update(result.renames)
-            trainable_values = result.trainable_values
+            frozen_state = freeze(concrete_func, input_names, output_names, variable_updates, trainable_inputs)
+            frozen, input_names, output_names = frozen_state.graph_def, frozen_state.input_names, frozen_state.output_names
+            renames.update(frozen_state.renames)
     model = convert_frozen_graph(
         frozen,
         input_names,
@@ -89,8 +88,9 @@ def from_concrete_function(
         output_path=None,
         **kw,
     )
-    if trainable_values:
-        add_variable_initializers(model, trainable_values)
+    if frozen_state is not None:
+        add_variable_initializers(model, frozen_state.trainable_values)
+        record_state(model, frozen_state, variable_updates)
     if output_path:
         onnx.save_model(model, output_path)
     return model

@@ -35,6 +35,9 @@ ASSIGN_OPS = ("AssignVariableOp", "AssignSubVariableOp", "AssignAddVariableOp")
 # How each assignment computes the new value from the old one (None: the assigned value itself).
 _UPDATE_OP = {"AssignVariableOp": None, "AssignSubVariableOp": "Sub", "AssignAddVariableOp": "AddV2"}
 _UPDATE_SUFFIX = "/variable_new_value"
+# Model metadata: comma-separated names of the variable-update outputs and of the trainable-variable inputs.
+VARIABLE_UPDATES_KEY = "converters.variable_update_outputs"
+TRAINABLE_INPUTS_KEY = "converters.trainable_inputs"
 
 
 @dataclasses.dataclass
@@ -224,6 +227,21 @@ def freeze(concrete_func, input_names, output_names, variable_updates="warn", tr
     with tf.Graph().as_default():
         graph_def = tf_loader.tf_optimize(inputs, outputs, graph_def)
     return FrozenFunction(graph_def, inputs, outputs, renames, updates, trainable_values)
+
+
+def record_state(model, frozen: FrozenFunction, variable_updates: str):
+    """Name the extra outputs and inputs in the model's metadata, for callers and the CLI's --verify."""
+    entries = []
+    if variable_updates == "outputs" and frozen.updates:
+        entries.append((VARIABLE_UPDATES_KEY, ",".join(u.variable for u in frozen.updates)))
+    inputs = {i.name for i in model.graph.input}
+    trainable = [n for n in frozen.trainable_values if n in inputs]
+    if trainable:
+        entries.append((TRAINABLE_INPUTS_KEY, ",".join(trainable)))
+    for key, value in entries:
+        prop = model.metadata_props.add()
+        prop.key, prop.value = key, value
+    return model
 
 
 def add_variable_initializers(model, trainable_values: Dict[str, np.ndarray]):

@@ -1,17 +1,18 @@
 """Writes the example SavedModels into models/<name>/saved_model (re-runnable, deterministic).
 
-    # from the repository root:
     PYTHONPATH=. python -m models.make_models [--only NAME ...]
 
-- qat_cnn: the quantization-aware CNN of models/qat_network.py in inference form (serving_default:
-  images [batch, 16, 16, 3] -> logits [batch, 10]).
-- qat_cnn_train_step: the same network's training step (serving_default: images [8, 16, 16, 3],
-  labels [8] -> loss, the gradient of every trainable variable, and each batch norm's batch mean
-  and variance).
-- cnn_train_step_float: the same training step with the activation quantizers left out (weights
-  are still fake-quantized): the control that holds the training-step float ops to a tight tolerance,
-  which quantized activations make impossible (see models/run_all.py).
-- qdq: quantize_and_dequantize (V2/V3/V4 ops) in several configurations and the V4 gradient.
+- mobilenet_v2_qat: tfmot's quantize_model on tf_keras' MobileNetV2 (alpha 0.35, 96x96, 10 classes, seeded
+  random init, 3 SGD steps), models/tfmot_models.py. Signatures: serving_default (images [batch, 96, 96, 3]
+  -> logits), train_step (images [8, 96, 96, 3], labels [8] -> loss and the gradient of every trainable
+  variable; assigns the batch-norm moving statistics and tfmot's ranges), saliency (images [batch, ...] ->
+  logits and d(top class score)/d(images)).
+- fourbit_cnn: a small CNN with a custom tfmot QuantizeConfig (4-bit weights, 8-bit activations):
+  serving_default and train_step (images [8, 16, 16, 3], labels [8]).
+- cnn_train_step_float: the hand-made CNN of models/qat_network.py without activation quantizers,
+  training step (see that module for what it covers beyond the tfmot models).
+- qdq: quantize_and_dequantize (V2/V3/V4 ops) in several configurations and the V4 gradient (tfmot
+  does not use these ops).
 
 The ONNX files next to them are written by ``python -m models.run_all``.
 """
@@ -29,7 +30,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tf_keras  # noqa: E402
 
-from models import qat_network  # noqa: E402
+from models import qat_network, tfmot_models  # noqa: E402
 
 MODELS_DIR = Path(__file__).resolve().parent
 SEED = 1234
@@ -72,24 +73,12 @@ def output_key(variable) -> str:
     return "grad_" + re.sub(r"[^0-9A-Za-z]+", "_", "/".join(layer_path)).strip("_")
 
 
-class QatCnnInference(tf.Module):
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-
-    @tf.function(input_signature=[tf.TensorSpec((None,) + qat_network.IMAGE_SHAPE, tf.float32, name="images")])
-    def serve(self, images):
-        return {"logits": self.model(images, training=False)}
-
-
 class QatCnnTrainStep(tf.Module):
-    """loss and gradients of one training step; no variable is assigned (see FusedBatchNorm)."""
+    """loss and gradients of one training step (which also assigns the batch-norm moving statistics)."""
 
     def __init__(self, model):
         super().__init__()
         self.model = model
-        for bn in model.batch_norms():
-            bn.export_batch_stats = True
 
     @tf.function(
         input_signature=[
@@ -104,10 +93,6 @@ class QatCnnTrainStep(tf.Module):
         grads = tape.gradient(loss, variables)
         out = {"loss": loss}
         out.update({output_key(v): g for v, g in zip(variables, grads)})
-        for bn in self.model.batch_norms():
-            mean, var = bn.batch_stats
-            out[f"{bn.name}_batch_mean"] = mean
-            out[f"{bn.name}_batch_variance"] = var
         return out
 
 
@@ -156,39 +141,41 @@ class QuantizeDequantizeModel(tf.Module):
         return out
 
 
-def save(module, name, function):
+def save(module, name, signatures):
     path = saved_model_dir(name)
     if path.exists():
         shutil.rmtree(path)
-    tf.saved_model.save(module, str(path), signatures={"serving_default": function})
+    tf.saved_model.save(module, str(path), signatures=signatures)
     size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
     print(f"wrote {path.relative_to(MODELS_DIR.parent)} ({size / 1024:.0f} KiB)")
     return path
 
 
-def make_qat_cnn():
-    module = QatCnnInference(build_trained_qat_cnn())
-    save(module, "qat_cnn", module.serve)
+def make_mobilenet_v2_qat():
+    graphs = tfmot_models.QuantizedModelGraphs(tfmot_models.quantized_mobilenet_v2(), tfmot_models.MOBILENET_SHAPE)
+    save(graphs, "mobilenet_v2_qat", graphs.signatures())
 
 
-def make_qat_cnn_train_step():
-    module = QatCnnTrainStep(build_trained_qat_cnn())
-    save(module, "qat_cnn_train_step", module.train_step)
+def make_fourbit_cnn():
+    graphs = tfmot_models.QuantizedModelGraphs(tfmot_models.fourbit_cnn(), tfmot_models.CNN_SHAPE)
+    signatures = graphs.signatures()
+    del signatures["saliency"]
+    save(graphs, "fourbit_cnn", signatures)
 
 
 def make_cnn_train_step_float():
     module = QatCnnTrainStep(build_trained_qat_cnn(quantize_activations=False))
-    save(module, "cnn_train_step_float", module.train_step)
+    save(module, "cnn_train_step_float", {"serving_default": module.train_step})
 
 
 def make_qdq():
     module = QuantizeDequantizeModel()
-    save(module, "qdq", module.serve)
+    save(module, "qdq", {"serving_default": module.serve})
 
 
 MAKERS = {
-    "qat_cnn": make_qat_cnn,
-    "qat_cnn_train_step": make_qat_cnn_train_step,
+    "mobilenet_v2_qat": make_mobilenet_v2_qat,
+    "fourbit_cnn": make_fourbit_cnn,
     "cnn_train_step_float": make_cnn_train_step_float,
     "qdq": make_qdq,
 }

@@ -1,17 +1,17 @@
 """A small quantization-aware depthwise-separable CNN, built from raw TF ops inside tf_keras layers.
 
-The layers imitate what tfmot's ``quantize_model`` puts in a graph (semantics doc section 6):
-activations go through FakeQuantWithMinMaxVars (8 bits, narrow_range False, learned min/max),
-conv kernels through FakeQuantWithMinMaxVarsPerChannel (narrow_range True, min/max set from the
-kernel's range and not trained), the depthwise kernel through a per-tensor narrow-range
-FakeQuantWithMinMaxVars, and batch norm is tf_keras' fused BatchNormalization.
+The layers imitate what tfmot's ``quantize_model`` puts in a graph: activations go through
+FakeQuantWithMinMaxVars (8 bits, narrow_range False, learned min/max), conv kernels through
+FakeQuantWithMinMaxVarsPerChannel (narrow_range True, min/max set from the kernel's range and not
+trained), the depthwise kernel through a per-tensor narrow-range FakeQuantWithMinMaxVars, and batch
+norm is tf_keras' fused BatchNormalization. Its gradients are TF's own (ReluGrad, Conv2DBackpropFilter,
+BiasAddGrad, SparseSoftmaxCrossEntropyWithLogits' backprop ...).
 
-Two custom gradients keep the *training step* graph convertible by tf2onnx, which has no handler
-for ReluGrad or Conv2DBackpropFilter. Both express the same math with ops it converts:
-- ReLU: dx = dy * (x > 0).
-- Conv2D filter gradient: Conv2D(x, W)[..., k] = sum_c DepthwiseConv2d(x, W)[..., c*K + k], so
-  dW = DepthwiseConv2dNativeBackpropFilter(x, [kh, kw, C, K], dy tiled C times along channels).
-  (The input gradient stays TF's own Conv2DBackpropInput, which tf2onnx turns into ConvTranspose.)
+What it covers that the tfmot MobileNetV2 examples (models/tfmot_models.py) do not: a depthwise
+convolution with channel multiplier 2 and stride 2 (DepthwiseConv2dNative and both backprops with M=2),
+a per-tensor FakeQuantWithMinMaxVars on a depthwise kernel, and, in its float-activation variant
+(cnn_train_step_float), a training step with no activation quantizer, whose float ops can be held to a
+tight elementwise tolerance (quantized activations make that impossible, see models/run_all.py).
 """
 from __future__ import annotations
 
@@ -21,38 +21,6 @@ import tf_keras
 
 IMAGE_SHAPE = (16, 16, 3)
 NUM_CLASSES = 10
-
-
-@tf.custom_gradient
-def relu(x):
-    def grad(dy):
-        return dy * tf.cast(x > 0, dy.dtype)
-
-    return tf.nn.relu(x), grad
-
-
-def conv2d(x, w, strides, padding, needs_input_grad):
-    """tf.nn.conv2d whose gradient avoids Conv2DBackpropFilter (see the module docstring)."""
-
-    @tf.custom_gradient
-    def _conv(x, w):
-        def grad(dy):
-            kh, kw, c, k = w.shape
-            # Channel c*K + k of the tiled tensor holds dy[..., k], the depthwise layout of output k.
-            dy_tiled = tf.tile(dy, [1, 1, 1, c])
-            dw = tf.compat.v1.nn.depthwise_conv2d_native_backprop_filter(
-                x, [kh, kw, c, k], dy_tiled, strides=[1, strides, strides, 1], padding=padding
-            )
-            dx = None
-            if needs_input_grad:
-                dx = tf.compat.v1.nn.conv2d_backprop_input(
-                    tf.shape(x), w, dy, strides=[1, strides, strides, 1], padding=padding
-                )
-            return dx, dw
-
-        return tf.nn.conv2d(x, w, strides=strides, padding=padding), grad
-
-    return _conv(x, w)
 
 
 class ActivationQuant(tf_keras.layers.Layer):
@@ -94,9 +62,9 @@ class WeightQuantMixin:
 
 
 class QuantConv2D(WeightQuantMixin, tf_keras.layers.Layer):
-    def __init__(self, filters, kernel_size, strides=1, first_layer=False, **kw):
+    def __init__(self, filters, kernel_size, strides=1, **kw):
         super().__init__(**kw)
-        self.filters, self.kernel_size, self.strides, self.first_layer = filters, kernel_size, strides, first_layer
+        self.filters, self.kernel_size, self.strides = filters, kernel_size, strides
 
     def build(self, input_shape):
         shape = (self.kernel_size, self.kernel_size, int(input_shape[-1]), self.filters)
@@ -104,8 +72,7 @@ class QuantConv2D(WeightQuantMixin, tf_keras.layers.Layer):
         self.add_range(self.filters)
 
     def call(self, x):
-        # The first layer sees the images, whose gradient nobody asks for.
-        return conv2d(x, self.quantized_kernel(), self.strides, "SAME", needs_input_grad=not self.first_layer)
+        return tf.nn.conv2d(x, self.quantized_kernel(), strides=self.strides, padding="SAME")
 
 
 class QuantDepthwiseConv2D(tf_keras.layers.Layer):
@@ -133,32 +100,15 @@ class QuantDepthwiseConv2D(tf_keras.layers.Layer):
 
 
 class FusedBatchNorm(tf_keras.layers.BatchNormalization):
-    """tf_keras' fused BatchNormalization (FusedBatchNormV3), plus an export mode for training steps.
-
-    With ``export_batch_stats`` set, training-mode calls run FusedBatchNormV3(is_training=True)
-    without touching the moving statistics (an exported graph must not assign variables: tf2onnx
-    cannot convert AssignVariableOp) and keep the batch mean and variance in ``batch_stats``, so a
-    training step can return them for the caller to fold into the moving averages.
-    """
+    """tf_keras' fused BatchNormalization (FusedBatchNormV3); in training it assigns the moving statistics."""
 
     def __init__(self, **kw):
         super().__init__(fused=True, **kw)
-        self.export_batch_stats = False
-        self.batch_stats = None
-
-    def call(self, x, training=None):
-        if training and self.export_batch_stats:
-            y, mean, var = tf.compat.v1.nn.fused_batch_norm(
-                x, self.gamma, self.beta, epsilon=self.epsilon, is_training=True
-            )
-            self.batch_stats = (mean, var)
-            return y
-        return super().call(x, training=training)
 
 
 class ReLU(tf_keras.layers.Layer):
     def call(self, x):
-        return relu(x)
+        return tf.nn.relu(x)
 
 
 class QuantDense(WeightQuantMixin, tf_keras.layers.Layer):
@@ -172,8 +122,7 @@ class QuantDense(WeightQuantMixin, tf_keras.layers.Layer):
         self.add_range(self.units)
 
     def call(self, x):
-        # An AddV2 instead of BiasAdd: BiasAdd's gradient (BiasAddGrad) has no tf2onnx handler.
-        return tf.matmul(x, self.quantized_kernel()) + self.bias
+        return tf.nn.bias_add(tf.matmul(x, self.quantized_kernel()), self.bias)
 
 
 class QatCnn(tf_keras.Model):
@@ -187,7 +136,7 @@ class QatCnn(tf_keras.Model):
         self.blocks = [
             # The images' range is known, and nothing upstream could carry a gradient to it.
             ActivationQuant(0.0, 1.0, learn_range=False, name="input_quant"),
-            QuantConv2D(8, 3, first_layer=True, name="conv1"),
+            QuantConv2D(8, 3, name="conv1"),
             FusedBatchNorm(name="bn1"),
             ReLU(name="relu1"),
             ActivationQuant(0.0, 6.0, name="act1"),
@@ -224,8 +173,5 @@ class QatCnn(tf_keras.Model):
 
 
 def cross_entropy(logits, labels):
-    """Mean softmax cross-entropy written with LogSoftmax and OneHot, whose gradients tf2onnx converts
-    (SparseSoftmaxCrossEntropyWithLogits' backprop output it does not)."""
-    log_probs = tf.nn.log_softmax(logits)
-    picked = tf.reduce_sum(tf.one_hot(labels, NUM_CLASSES, dtype=logits.dtype) * log_probs, axis=-1)
-    return -tf.reduce_mean(picked)
+    """Mean sparse softmax cross-entropy (SparseSoftmaxCrossEntropyWithLogits, both outputs in the step)."""
+    return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
