@@ -177,6 +177,9 @@ def freeze(concrete_func, input_names, output_names, variable_updates="warn", tr
             renames[f"{source}:0"] = names[id(var)]
             trainable_values[names[id(var)]] = value
 
+    if trainable_values:
+        _fold_variable_shapes(graph_def, nodes, {n[:-2] for n in inputs[len(input_names):]})
+
     assign_names = {u.assign_node for u in updates}
     new_value_of = {}
     for source, update in by_variable.values():
@@ -227,6 +230,42 @@ def freeze(concrete_func, input_names, output_names, variable_updates="warn", tr
     with tf.Graph().as_default():
         graph_def = tf_loader.tf_optimize(inputs, outputs, graph_def)
     return FrozenFunction(graph_def, inputs, outputs, renames, updates, trainable_values)
+
+
+def _fold_variable_shapes(graph_def, nodes: dict, variable_inputs: set):
+    """Shape/ShapeN of a trainable-variable input become constants (a fed weight keeps its variable's shape).
+
+    Grappler folds the shapes of constants but not of graph inputs, and gradient ops take their filter
+    sizes from such shapes (Conv2DBackpropFilter's filter_sizes = ShapeN(x, kernel)[1]); as constants they
+    stay what they were when the weights were constants.
+    """
+    from tensorflow.core.framework import tensor_pb2, types_pb2
+
+    replace = {}
+    for node in list(graph_def.node):
+        if node.op not in ("Shape", "ShapeN"):
+            continue
+        data_inputs = [i for i in node.input if not i.startswith("^")]
+        for index, tensor in enumerate(data_inputs):
+            source = _resource_source(nodes, tensor)
+            if source not in variable_inputs:
+                continue
+            dims = [d.size for d in nodes[source].attr["shape"].shape.dim]
+            out_type = node.attr["out_type"].type or types_pb2.DT_INT32
+            const = graph_def.node.add()
+            const.name = f"{node.name}/variable_shape_{index}"
+            const.op = "Const"
+            const.attr["dtype"].type = out_type
+            proto = tensor_pb2.TensorProto(dtype=out_type)
+            proto.tensor_shape.dim.add().size = len(dims)
+            (proto.int64_val if out_type == types_pb2.DT_INT64 else proto.int_val).extend(dims)
+            const.attr["value"].tensor.CopyFrom(proto)
+            replace[f"{node.name}:{index}"] = const.name + ":0"
+            if index == 0:
+                replace[node.name] = const.name + ":0"
+    if replace:
+        for node in graph_def.node:
+            node.input[:] = [replace.get(i, i) for i in node.input]
 
 
 def record_state(model, frozen: FrozenFunction, variable_updates: str):

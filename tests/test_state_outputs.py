@@ -1,0 +1,216 @@
+"""Variable state in converted training steps (converters.variable_state).
+
+* Default: the model has exactly the function's outputs, and a warning names every variable update left out.
+* ``variable_updates="outputs"``: one extra output per updated variable, named after it, equal to the
+  variable's value in TF after running the step once.
+* Reads that TF orders after an assignment (tfmot's quantizers read their range after the moving-average
+  update) see the new value, as in TF; tf2onnx's own freezing gives them the old one.
+* ``trainable_inputs=True``: the trainable variables are inputs with same-name initializers, and three SGD
+  steps run in ONNX Runtime (feeding the updated weights) follow the same three steps in TF.
+"""
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import tensorflow as tf
+import tf_keras
+
+import converters
+import ort_ops
+from converters.variable_state import TRAINABLE_INPUTS_KEY, VARIABLE_UPDATES_KEY
+
+pytestmark = pytest.mark.tensorflow
+
+BATCH, SHAPE, CLASSES = 4, (8, 8, 3), 5
+
+
+def _keras_net(seed):
+    tf_keras.utils.set_random_seed(seed)
+    layers = tf_keras.layers
+    inputs = tf_keras.Input(SHAPE)
+    x = layers.Conv2D(6, 3, padding="same", use_bias=False)(inputs)  # a bias before batch norm gets no gradient
+    x = layers.BatchNormalization(momentum=0.9)(x)
+    x = layers.ReLU(6.0)(x)
+    x = layers.DepthwiseConv2D(3, strides=2, padding="same", use_bias=False)(x)
+    x = layers.BatchNormalization(momentum=0.9)(x)
+    x = layers.ReLU()(x)
+    x = layers.GlobalAveragePooling2D()(x)
+    return tf_keras.Model(inputs, layers.Dense(CLASSES)(x))
+
+
+def _quantized_net():
+    import tensorflow_model_optimization as tfmot
+
+    return tfmot.quantization.keras.quantize_model(_keras_net(3))
+
+
+class Step(tf.Module):
+    """loss, logits and the gradient of every trainable variable (keyed by the variable's name), training=True."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    @tf.function(input_signature=[tf.TensorSpec((BATCH,) + SHAPE, tf.float32, name="images"),
+                                  tf.TensorSpec((BATCH,), tf.int32, name="labels")])
+    def __call__(self, images, labels):
+        variables = self.model.trainable_variables
+        with tf.GradientTape() as tape:
+            logits = self.model(images, training=True)
+            loss = tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True)(labels, logits)
+        grads = tape.gradient(loss, variables)
+        out = {"loss": loss, "logits": logits}
+        out.update({"grad:" + v.name.split(":")[0]: g for v, g in zip(variables, grads)})
+        return out
+
+
+def _batch(seed):
+    rng = np.random.default_rng(seed)
+    # Spread beyond tfmot's initial activation range, so that the range updates are large.
+    images = rng.uniform(-3.0, 9.0, (BATCH,) + SHAPE).astype(np.float32)
+    labels = rng.integers(0, CLASSES, (BATCH,)).astype(np.int32)
+    return {"images": images, "labels": labels}
+
+
+def _session(model, lowering):
+    so = ort_ops.session_options() if lowering == "custom" else ort.SessionOptions()
+    so.log_severity_level = 3
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def _run(model, lowering, feed):
+    sess = _session(model, lowering)
+    names = [o.name for o in sess.get_outputs()]
+    return dict(zip(names, sess.run(names, feed)))
+
+
+def _tf_step(step, batch):
+    """Run the step once in TF: (outputs, variable values before, after)."""
+    variables = {v.name.split(":")[0]: v for v in step.model.variables}
+    before = {k: v.numpy() for k, v in variables.items()}
+    out = {k: v.numpy() for k, v in step(**{k: tf.constant(v) for k, v in batch.items()}).items()}
+    after = {k: v.numpy() for k, v in variables.items()}
+    return out, before, after
+
+
+def _changed(before, after):
+    return {k for k in before if not np.array_equal(before[k], after[k])}
+
+
+@pytest.fixture(scope="module")
+def qat_step():
+    return Step(_quantized_net())
+
+
+def test_default_keeps_outputs_and_warns_every_update(qat_step, caplog):
+    with caplog.at_level(logging.WARNING, logger="converters.variable_state"):
+        model = converters.from_concrete_function(qat_step.__call__.get_concrete_function())
+    out, before, after = _tf_step(qat_step, _batch(0))
+    changed = _changed(before, after)
+    # tfmot's input/activation/weight ranges and both batch norms' moving statistics.
+    assert len(changed) >= 10 and {"batch_normalization/moving_mean", "batch_normalization_1/moving_variance"} <= changed
+    assert sorted(o.name for o in model.graph.output) == sorted(out)
+    warnings = [r.getMessage() for r in caplog.records if "left out" in r.getMessage()]
+    assert len(warnings) == 1
+    named = {part.split(" (")[0] for part in warnings[0].split(": ", 1)[1].split("; ")}
+    assert named == changed
+    for op in ("AssignVariableOp", "AssignSubVariableOp"):
+        assert op in warnings[0]
+
+
+@pytest.mark.parametrize("lowering", converters.LOWERINGS)
+def test_update_outputs_equal_tf_after_one_step(lowering):
+    step = Step(_quantized_net())
+    model = converters.from_concrete_function(step.__call__.get_concrete_function(), lowering=lowering,
+                                              variable_updates="outputs")
+    batch = _batch(1)
+    onnx_out = _run(model, lowering, batch)
+    tf_out, before, after = _tf_step(step, batch)
+    props = {p.key: p.value for p in model.metadata_props}
+    updates = props[VARIABLE_UPDATES_KEY].split(",")
+    assert set(updates) == _changed(before, after)
+    assert [o.name for o in model.graph.output] == sorted(tf_out) + updates
+    for name in updates:
+        new, old = after[name], before[name]
+        got = onnx_out[name]
+        assert got.dtype == new.dtype and got.shape == new.shape, name
+        if "moving_" in name:
+            # FusedBatchNormV3's batch mean and variance are sums over the batch, summed in a different order
+            # than TF's kernel: a few ulps of the statistic (rtol 1e-5 of |new| + 1e-6 of max |new|).
+            tol = 1e-5 * np.abs(new) + 1e-6 * np.abs(new).max()
+            assert np.all(np.abs(got - new) <= tol), name
+        else:
+            # Ranges: min/max reductions, the moving average's v - (v - x) * decay, all exact float ops on
+            # inputs that are themselves exact here (the step's activations match TF bit for bit below).
+            assert np.array_equal(got.view(np.uint32), new.view(np.uint32)), name
+        # The stale value must not pass: the step moved every one of them.
+        assert not np.array_equal(old, new), name
+    # The function's own outputs, computed after tfmot's range updates, match TF exactly here.
+    np.testing.assert_array_equal(onnx_out["logits"], tf_out["logits"])
+
+
+def test_reads_after_assignment_see_the_new_value():
+    """The quantized logits use the ranges the step has just updated; tf2onnx's freezing (which drops the
+    reads' control edges) computes them with the old ranges and gets different logits."""
+    from tf2onnx import tf_loader
+
+    step = Step(_quantized_net())
+    concrete = step.__call__.get_concrete_function()
+    batch = _batch(2)
+    ours = _run(converters.from_concrete_function(concrete, lowering="custom"), "custom", batch)
+    names = [t.name for t in concrete.inputs if t.dtype != tf.resource][:2]
+    outputs = [t.name for t in concrete.outputs]
+    frozen_by_tf2onnx = tf_loader.from_function(concrete, names, outputs)
+    stale_model = converters.convert_frozen_graph(frozen_by_tf2onnx, names, outputs, lowering="custom")
+    logits_index = sorted(concrete.structured_outputs).index("logits")
+    stale = _run(stale_model, "custom", dict(zip([i.name for i in stale_model.graph.input], batch.values())))
+    stale_logits = stale[stale_model.graph.output[logits_index].name]
+    tf_out, _, _ = _tf_step(step, batch)
+    np.testing.assert_array_equal(ours["logits"], tf_out["logits"])
+    assert not np.array_equal(stale_logits, tf_out["logits"])
+
+
+@pytest.mark.parametrize("lowering", converters.LOWERINGS)
+def test_three_sgd_steps_in_ort_follow_tf(lowering):
+    step = Step(_keras_net(5))
+    model = converters.from_concrete_function(step.__call__.get_concrete_function(), lowering=lowering,
+                                              trainable_inputs=True)
+    trainable = [v.name.split(":")[0] for v in step.model.trainable_variables]
+    props = {p.key: p.value for p in model.metadata_props}
+    assert sorted(props[TRAINABLE_INPUTS_KEY].split(",")) == sorted(trainable)
+    inits = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
+    inputs = [i.name for i in model.graph.input]
+    assert set(trainable) <= set(inputs) and set(trainable) <= set(inits)
+    for v in step.model.trainable_variables:
+        np.testing.assert_array_equal(inits[v.name.split(":")[0]], v.numpy())
+    assert model.ir_version == ort_ops.IR_VERSION
+    onnx.checker.check_model(model)
+
+    lr = np.float32(0.1)
+    weights = {}  # the first step uses the initializers: nothing fed
+    losses_ort, losses_tf = [], []
+    sess = _session(model, lowering)
+    names = [o.name for o in sess.get_outputs()]
+    for k in range(3):
+        batch = _batch(10 + k)
+        out = dict(zip(names, sess.run(names, {**batch, **weights})))
+        current = weights or {n: inits[n] for n in trainable}
+        weights = {n: current[n] - lr * out["grad:" + n] for n in trainable}
+        losses_ort.append(out["loss"])
+        tf_out, _, _ = _tf_step(step, batch)
+        for v in step.model.trainable_variables:
+            v.assign_sub(lr * tf_out["grad:" + v.name.split(":")[0]])
+        losses_tf.append(tf_out["loss"])
+    # Three steps of float32 sums in different orders (convolutions, batch norm): the weights drift apart
+    # by rounding only, far below the change the steps make.
+    for v in step.model.trainable_variables:
+        name = v.name.split(":")[0]
+        moved = np.abs(v.numpy() - inits[name]).max()
+        assert moved > 1e-5, name  # every weight took part in training
+        np.testing.assert_allclose(weights[name], v.numpy(), rtol=1e-4, atol=1e-4 * moved, err_msg=name)
+    np.testing.assert_allclose(losses_ort, losses_tf, rtol=1e-5)
+    assert len(set(np.round(losses_tf, 6))) == 3
