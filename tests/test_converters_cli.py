@@ -9,11 +9,14 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import pytest
 import tensorflow as tf
 
 import ort_ops
 from converters.__main__ import EXIT_CONVERSION_FAILED, main
 from ort_ops.schemas import DOMAIN
+
+pytestmark = pytest.mark.tensorflow
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -91,3 +94,45 @@ def test_cli_lists_unconverted_ops(tmp_path, capsys):
     assert rc == EXIT_CONVERSION_FAILED
     assert "1 TensorFlow op(s) could not be converted" in err and "BesselI0e" in err
     assert not out.exists()
+
+
+class _BatchNormStep(tf.Module):
+    """A training-mode batch norm: assigns its moving statistics; gamma and beta are trainable."""
+
+    def __init__(self):
+        super().__init__()
+        import tf_keras
+
+        self.bn = tf_keras.layers.BatchNormalization(momentum=0.5)
+        self.bn.build((None, 3, 3, 2))
+
+    @tf.function(input_signature=[tf.TensorSpec([2, 3, 3, 2], tf.float32, name="x")])
+    def step(self, x):
+        return {"y": self.bn(x, training=True) * 2.0}
+
+
+def test_cli_state_options(tmp_path):
+    module = _BatchNormStep()
+    tf.saved_model.save(module, str(tmp_path / "sm"), signatures={"serving_default": module.step})
+    plain, stateful = tmp_path / "plain.onnx", tmp_path / "stateful.onnx"
+    proc = _cli("--saved-model", tmp_path / "sm", "--output", plain, "--verify")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "2 variable update(s) left out" in proc.stderr and "moving_mean" in proc.stderr
+    assert [o.name for o in onnx.load(str(plain)).graph.output] == ["y"]
+
+    proc = _cli("--saved-model", tmp_path / "sm", "--output", stateful, "--variable-update-outputs", "--trainable-inputs",
+                "--verify")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "verification passed" in proc.stdout
+    model = onnx.load(str(stateful))
+    outputs = [o.name for o in model.graph.output]
+    # Named after the variables (a layer built outside a model has no name scope).
+    assert outputs[0] == "y" and sorted(outputs[1:]) == ["moving_mean", "moving_variance"]
+    assert sorted(i.name for i in model.graph.input) == ["beta", "gamma", "x"]
+    assert {"beta", "gamma"} <= {t.name for t in model.graph.initializer}
+
+
+def test_cli_state_options_need_variables(tmp_path):
+    proc = _cli("--graphdef", tmp_path / "g.pb", "--inputs", "x:0", "--outputs", "y:0", "--output", tmp_path / "o.onnx",
+                "--trainable-inputs")
+    assert proc.returncode == 2 and "--trainable-inputs need a SavedModel or Keras source" in proc.stderr
