@@ -11,12 +11,13 @@ Not compared, each for a stated reason:
 from __future__ import annotations
 
 import functools
+import re
 
 import numpy as np
 import pytest
 
 import ort_ops
-from backends import run
+from backends import BackendError, run
 from ort_ops.spec import OpError
 from test_depthwise import BPF, BPI, DTYPES, FWD, OPS, _attr4, _from_nhwc, assert_close
 from tf_modes import MODES, call_in_mode
@@ -101,3 +102,34 @@ def test_live_against_tensorflow(backend, op, mode):
     assert "dil=(2" in notes and "NCHW" in notes and "bfloat16" in notes
     if mode == "eigen":
         assert "N=0" in notes
+
+
+OVERHANG = [  # (input rows, filter rows, stride, padding, explicit rows): windows past the input's end
+    (2, 6, 3, "VALID", None), (2, 5, 3, "VALID", None), (2, 6, 4, "EXPLICIT", (0, 0)), (1, 6, 5, "EXPLICIT", (1, 0)),
+    (2, 9, 3, "VALID", None), (2, 9, 3, "EXPLICIT", (0, 0)), (3, 8, 2, "EXPLICIT", (1, 1)),
+]
+
+
+@pytest.mark.parametrize("rows,k,stride,padding,pads", OVERHANG)
+def test_window_overhang_matches_tensorflow(backend, rows, k, stride, padding, pads):
+    """TF rounds the output size toward zero: an overhang shorter than a stride is an empty output, a longer one
+    is TF's error with TF's number."""
+    from tf_oracle import tf_raw_op
+
+    ep = [0, 0, *pads, 0, 0, 0, 0] if pads else []
+    attrs = {"strides": [1, stride, stride, 1], "padding": padding, "explicit_paddings": ep}
+    x, w = np.ones((1, rows, 4, 1), np.float32), np.ones((k, 1, 1, 1), np.float32)
+    try:
+        (want,) = tf_raw_op(FWD, [x, w], attrs)
+    except Exception as e:  # TF's InvalidArgumentError
+        tf_words = re.search(r"Computed output size would be negative: -?\d+", str(e)).group(0)
+        with pytest.raises(BackendError) as info:
+            run(backend, FWD, [x, w], attrs)
+        assert tf_words in str(info.value)
+        return
+    (got,) = run(backend, FWD, [x, w], attrs)
+    assert got.shape == want.shape and want.shape[1] == 0
+    dy = np.ones(want.shape, np.float32)
+    (dx,) = run(backend, BPI, [np.array(x.shape, np.int32), w, dy], attrs)
+    (dw,) = run(backend, BPF, [x, np.array(w.shape, np.int32), dy], attrs)
+    assert dx.shape == x.shape and not dx.any() and dw.shape == w.shape and not dw.any()

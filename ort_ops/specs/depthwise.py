@@ -59,12 +59,19 @@ def check_attrs(op, attrs):
     return strides[h], (dil[h], dil[w]), explicit
 
 
+def _div_toward_zero(a, b):
+    """C++'s ``a / b`` for integers (b > 0)."""
+    return -((-a) // b) if a < 0 else a // b
+
+
 def output_size(op, n, k, stride, dilation, padding, explicit, dim):
     """TF's windowed output size: returns (out, pad_before, pad_after) for one spatial dim (``dim``:
     "rows" or "cols", named in the error)."""
     k_eff = (k - 1) * dilation + 1
+    # TF divides with C++'s truncation toward zero: a window that overhangs the input by less than one
+    # stride gives an empty output, not an error (floor division would say -1).
     if padding == "VALID":
-        out = (n - k_eff + stride) // stride
+        out = _div_toward_zero(n - k_eff + stride, stride)
         before = 0
     elif padding == "SAME":
         out = (n + stride - 1) // stride
@@ -72,7 +79,7 @@ def output_size(op, n, k, stride, dilation, padding, explicit, dim):
         before = total // 2
     else:
         before, after = explicit
-        out = (n + before + after - k_eff) // stride + 1
+        out = _div_toward_zero(n + before + after - k_eff + stride, stride)
     if out < 0:
         raise OpError(
             op,

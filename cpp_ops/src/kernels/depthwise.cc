@@ -26,13 +26,6 @@ using i64 = std::int64_t;
 // an AVX2 clone), so every clone carries its own vectorized copy.
 #define TFOPS_ALWAYS_INLINE inline __attribute__((always_inline))
 
-// Python-style floor division (the geometry formulas are defined with it).
-i64 FloorDiv(i64 a, i64 b) {
-  i64 q = a / b;
-  if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
-  return q;
-}
-
 std::string ShapeString(const std::vector<i64>& s) {
   std::ostringstream os;
   os << "[";
@@ -111,15 +104,17 @@ std::string OutputSize(const char* dim, i64 n, i64 k, i64 stride, i64 dilation, 
   const i64 k_eff = (k - 1) * dilation + 1;
   i64 o;
   i64 b = 0;
+  // Truncating division, as TF's: a window that overhangs the input by less than one stride gives an
+  // empty output, not an error (docs/semantics.md section 4).
   if (padding == "VALID") {
-    o = FloorDiv(n - k_eff + stride, stride);
+    o = (n - k_eff + stride) / stride;
   } else if (padding == "SAME") {
-    o = FloorDiv(n + stride - 1, stride);
+    o = (n + stride - 1) / stride;
     const i64 total = std::max<i64>((o - 1) * stride + k_eff - n, 0);
     b = total / 2;
   } else {
     b = explicit_pad[0];
-    o = FloorDiv(n + explicit_pad[0] + explicit_pad[1] - k_eff, stride) + 1;
+    o = (n + explicit_pad[0] + explicit_pad[1] - k_eff + stride) / stride;
   }
   if (o < 0) {
     return std::string("filter ") + dim + " span " + std::to_string(k_eff) + " (size " + std::to_string(k) +
