@@ -201,7 +201,7 @@ NCHW_EXPLICIT = (
 )
 ORDER = (
     "Sums follow TF's Eigen kernels' order of operations (float32/float64/float16/bfloat16 bit-exact with oneDNN "
-    "off); oneDNN sums in other orders, within 2*(n+1)*u*sum(|products|)."
+    "off); oneDNN sums in other orders, within the bounds of docs/semantics.md section 4.6."
 )
 
 SPECS = (
