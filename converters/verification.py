@@ -109,7 +109,8 @@ def compare_output(name, expected, actual, exact=False, rtol=None, atol=None) ->
     e64 = expected.astype(np.float64) if is_float else expected.astype(np.float64)
     a64 = actual.astype(np.float64) if is_float else actual.astype(np.float64)
     finite = np.isfinite(e64) & np.isfinite(a64)
-    err = np.where(finite, np.abs(a64 - e64), 0.0)
+    with np.errstate(invalid="ignore"):  # inf - inf where both are infinite; masked out by `finite`
+        err = np.where(finite, np.abs(a64 - e64), 0.0)
     max_abs = float(err.max()) if err.size else 0.0
     with np.errstate(divide="ignore", invalid="ignore"):
         rel = np.where(finite & (e64 != 0), err / np.abs(e64), 0.0)
