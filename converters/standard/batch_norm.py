@@ -10,7 +10,9 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto
 
+import ort_ops
 from converters.standard._builder import Lowering
+from ort_ops.specs.batch_norm import FORMATS_5D, data_format_message, rank_message
 
 F32 = np.float32
 FLOAT = TensorProto.FLOAT
@@ -20,15 +22,16 @@ X_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16}
 class _Layout:
     def __init__(self, lw: Lowering, x_index: int, versions_5d: bool):
         fmt = lw.attr("data_format", "NHWC")
-        if fmt not in ("NHWC", "NCHW", "NDHWC", "NCDHW"):
-            lw.fail("Invalid data format")
+        if fmt not in FORMATS_5D:
+            lw.fail(data_format_message(fmt, FORMATS_5D))
         if fmt in ("NDHWC", "NCDHW") and not versions_5d:
             lw.fail(f"data_format {fmt} needs the V3 op")
         rank = lw.rank(x_index)
         if rank is None:
             lw.fail("the rank of x must be known at conversion time")
         if rank not in (4, 5):
-            lw.fail(f"input must be 4 or 5-dimensional{lw.shape(x_index)}")
+            name = ort_ops.get_spec(lw.op_type).inputs[x_index].name
+            lw.fail(rank_message(name, [None if d < 0 else d for d in lw.shape(x_index)]))
         self.rank = rank
         self.channel_axis = 1 if fmt.startswith("NC") else rank - 1
         self.reduce_axes = [a for a in range(rank) if a != self.channel_axis]

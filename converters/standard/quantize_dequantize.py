@@ -11,6 +11,7 @@ import numpy as np
 from onnx import TensorProto
 
 from converters.standard._builder import NP_TYPES, Lowering
+from ort_ops.specs.quantize_dequantize import axis_rank_message
 
 SUPPORTED = (TensorProto.FLOAT, TensorProto.DOUBLE)  # the only types TF has CPU kernels for
 
@@ -44,7 +45,7 @@ def _axis(lw: Lowering, axis: int, op_label: str):
     if rank is None:
         lw.fail("per-axis quantization needs the input's rank at conversion time")
     if axis >= rank:
-        lw.fail(f"Shape must be at least rank {axis + 1} but is rank {rank}")
+        lw.fail(axis_rank_message(axis, rank))
     return rank
 
 
