@@ -60,3 +60,34 @@ def pads(b: Lowering, padding: str, sizes, windows, strides, dilations, data_for
 
 def output_size(size: int, window: int, stride: int, dilation: int, before: int, after: int) -> int:
     return (size + before + after - ((window - 1) * dilation + 1)) // stride + 1
+
+
+def forward_geometry(b: Lowering, padding: str, sizes, windows, strides, dilations, data_format: str,
+                     explicit: Sequence[int] = ()):
+    """((before, after) padding, output size) per spatial dim of the forward convolution.
+
+    TF's backprop kernels accept only an out_backprop of exactly this output size, so the handlers
+    compute it here rather than reading it from out_backprop's shape, which tf2onnx may not know
+    (e.g. behind the gradient of a Pad or Concat with a None batch: a Slice of run-time size).
+    """
+    padded = pads(b, padding, sizes, windows, strides, dilations, data_format, explicit)
+    out = [output_size(n, k, s, d, before, after)
+           for n, k, s, d, (before, after) in zip(sizes, windows, strides, dilations, padded)]
+    for n, k, d, (before, after), n_out in zip(sizes, windows, dilations, padded, out):
+        if n_out < 1:
+            b.fail(f"the forward convolution's window ({k} taps, dilation {d}) does not fit the input's "
+                   f"spatial size {n} padded by ({before}, {after})")
+    return padded, out
+
+
+def check_out_backprop(b: Lowering, index: int, data_format: str, expected) -> None:
+    """Fail if out_backprop's known spatial dims differ from the forward convolution's output size."""
+    shape = b.shape(index)
+    if shape is None:
+        return
+    if len(shape) != 4:
+        b.fail(f"input out_backprop ({b.inputs[index]!r}) must be 4-D, got shape {shape}")
+    for axis, want in zip(LAYOUTS[data_format][2], expected):
+        if shape[axis] >= 0 and shape[axis] != want:
+            b.fail(f"input out_backprop ({b.inputs[index]!r}) has spatial dims "
+                   f"{[shape[a] for a in LAYOUTS[data_format][2]]}; the forward convolution's output is {list(expected)}")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from converters.gradients._common import float_type
-from converters.gradients._conv import LAYOUTS, layout, output_size, pads, spatial
+from converters.gradients._conv import LAYOUTS, check_out_backprop, forward_geometry, layout, spatial
 from converters.gradients.registry import gradient_op
 from converters.standard._builder import Lowering
 
@@ -65,14 +65,12 @@ def conv2d_backprop_filter(ctx, node, lowering):
     data_format = layout(b)
     strides, dilations, padding, explicit = _geometry(b, data_format)
     (height, width), in_channels = _static_spatial(b, 0, data_format, "input")
-    (out_h, out_w), _ = _static_spatial(b, 2, data_format, "out_backprop")
     kh, kw, filter_in, _ = _constant_ints(b, 1, "filter_sizes", 4)
     if in_channels >= 0 and filter_in != in_channels:
         b.fail(f"grouped convolution (input has {in_channels} channels, filter_sizes {filter_in}) is not supported")
-    padded = pads(b, padding, (height, width), (kh, kw), strides, dilations, data_format, explicit)
-    for size, k, s, d, (before, after), got in zip((height, width), (kh, kw), strides, dilations, padded, (out_h, out_w)):
-        if output_size(size, k, s, d, before, after) != got:
-            b.fail(f"out_backprop's spatial size {got} does not match the forward convolution's")
+    padded, (out_h, out_w) = forward_geometry(b, padding, (height, width), (kh, kw), strides, dilations,
+                                              data_format, explicit)
+    check_out_backprop(b, 2, data_format, (out_h, out_w))
     b.take_over()
     x, dy = b.inputs[0], b.inputs[2]
     to_cnhw = [3, 0, 1, 2] if data_format == "NHWC" else [1, 0, 2, 3]
@@ -116,11 +114,9 @@ def conv2d_backprop_input(ctx, node, lowering):
         channels = out_shape[3] if data_format == "NHWC" else out_shape[1]
         if channels >= 0 and channels != filter_in:
             b.fail(f"grouped convolution (input has {channels} channels, filter {filter_in}) is not supported")
-    (out_h, out_w), _ = _static_spatial(b, 2, data_format, "out_backprop")
-    padded = pads(b, padding, (height, width), (kh, kw), strides, dilations, data_format, explicit)
-    for size, k, s, d, (before, after), got in zip((height, width), (kh, kw), strides, dilations, padded, (out_h, out_w)):
-        if output_size(size, k, s, d, before, after) != got:
-            b.fail(f"out_backprop's spatial size {got} does not match the forward convolution's")
+    padded, (out_h, out_w) = forward_geometry(b, padding, (height, width), (kh, kw), strides, dilations,
+                                              data_format, explicit)
+    check_out_backprop(b, 2, data_format, (out_h, out_w))
     b.take_over()
     to_nchw, from_nchw, _ = LAYOUTS[data_format]
     dy = b.op("Transpose", b.inputs[2], perm=to_nchw)
