@@ -15,22 +15,38 @@ Tolerances:
   another order than TF's Eigen kernels. The reordering error of a float32 sum of n terms is at most
   about n * 2**-24 * sum|terms|; our sums have n <= 100 terms of size ~1 whose total is within ~10x
   the largest output, so rtol 1e-5 with an absolute floor of 1e-5 * max|TF output| bounds it with
-  margin (the largest error seen is ~2e-6 relative). test_tolerances_catch_wrong_results shows that
-  zeros and a flipped sign fail these tolerances.
-TF's CPU kernels do not implement Conv2DBackprop* with dilations or in NCHW; those cases are checked
-against a float64 NumPy evaluation of the convolution's definition instead.
+  margin (the largest error seen is ~2e-6 relative). The Conv2DBackpropFilter cases sum up to ~200
+  terms (batch x output rows x columns) of random sign, whose rounding errors add like a random walk
+  (~sqrt(n) * 2**-24 * |term|), far below that bound: the largest error seen against any reference
+  below is 3e-7 * max|output|, 30x inside the floor. test_tolerances_catch_wrong_results shows that
+  zeros and a flipped sign fail these tolerances, and the tf2onnx cases (relative errors ~1) too.
+Conv2DBackprop* references: TF's Eigen kernels (this process, the suite's pinned mode) run NHWC without
+dilations only ("Current CPU implementations do not yet support dilation rates larger than 1", "only
+supports the NHWC tensor format"). TF's oneDNN kernels, run in a child process (tests/tf_modes.py,
+tests/tf_oracle.py:conv2d_backprops), compute dilations and NCHW with SAME/VALID padding, and agree with a
+float64 NumPy evaluation of the definition within SUM_RTOL (test_onednn_conv_backprops); with EXPLICIT
+padding they fall back to Eigen and reject dilations and NCHW alike. So an undilated NCHW EXPLICIT case is
+compared with TF's NHWC result transposed, and a dilated EXPLICIT case with NumPy only. The same sum
+tolerance applies to oneDNN (it too adds in its own order) and to NumPy's float64 result rounded to float32.
+test_conv2d_backprop_input_against_tf2onnx records where tf2onnx's own Conv2DBackpropInput is right and
+wrong (details in converters/gradients/bias_conv.py).
 """
 from __future__ import annotations
+
+import zlib
+from typing import NamedTuple
 
 import numpy as np
 import pytest
 import tensorflow as tf
+import tf2onnx
 
 import converters
 from converters.errors import ConversionError, LoweringError
 from converters.gradients import GRADIENT_HANDLERS
 from converters.gradients._conv import output_size
 from converters.verification import compare_output, run_onnx
+from tf_modes import call_in_mode
 
 pytestmark = pytest.mark.tensorflow
 
@@ -150,29 +166,78 @@ def test_bias_add_grad(lowering):
     _sum_check(lambda a: raw.BiasAddGrad(out_backprop=a), [g[:0]], lowering, none_batch=True)
 
 
-def _conv_geometry(fmt, padding, strides, dilations, x_shape, kernel, explicit=()):
-    h_axis, w_axis = (1, 2) if fmt == "NHWC" else (2, 3)
-    sizes = (x_shape[h_axis], x_shape[w_axis])
-    out = []
-    pads = []
-    for size, k, s, d, i in zip(sizes, kernel, strides, dilations, (h_axis, w_axis)):
-        if padding == "VALID":
+class ConvCase(NamedTuple):
+    """One Conv2D backprop geometry. ``explicit`` holds NHWC-ordered (before, after) pairs whatever ``fmt``;
+    x is (2, *size, 3) and the filter (*kernel, 3, 4)."""
+    fmt: str
+    padding: str
+    strides: tuple
+    dilations: tuple
+    explicit: tuple = ()
+    size: tuple = (9, 8)
+    kernel: tuple = (3, 2)
+
+    def __str__(self):
+        pads = f"{self.explicit[2:6]}" if self.padding == "EXPLICIT" else ""
+        return (f"{self.fmt}-{self.padding}{pads}-x{self.size}-k{self.kernel}-s{self.strides}-d{self.dilations}"
+                .replace(" ", ""))
+
+
+def _conv_geometry(case):
+    """((before, after) per spatial dim, output size per spatial dim) as TF computes them."""
+    pads, out = [], []
+    for size, k, s, d, axis in zip(case.size, case.kernel, case.strides, case.dilations, (1, 2)):
+        if case.padding == "VALID":
             p = (0, 0)
-        elif padding == "SAME":
-            n = -(-size // s)
-            total = max((n - 1) * s + (k - 1) * d + 1 - size, 0)
+        elif case.padding == "SAME":
+            total = max((-(-size // s) - 1) * s + (k - 1) * d + 1 - size, 0)
             p = (total // 2, total - total // 2)
         else:
-            p = (explicit[2 * i], explicit[2 * i + 1])
+            p = (case.explicit[2 * axis], case.explicit[2 * axis + 1])
         pads.append(p)
         out.append(output_size(size, k, s, d, *p))
     return pads, out
 
 
-def _attrs(fmt, padding, strides, dilations, explicit):
+def _to_layout(case, a):
+    return a.transpose(0, 3, 1, 2) if case.fmt == "NCHW" else a
+
+
+def _conv_inputs(case):
+    """Seeded NHWC (x, w, dy) of the case."""
+    rng = np.random.default_rng(zlib.crc32(str(case).encode()))
+    _, (oh, ow) = _conv_geometry(case)
+    x = rng.standard_normal((2, *case.size, 3)).astype(f32)
+    w = rng.standard_normal((*case.kernel, 3, 4)).astype(f32)
+    dy = rng.standard_normal((2, oh, ow, 4)).astype(f32)
+    return x, w, dy
+
+
+def _conv_attrs(case, fmt=None):
+    fmt = fmt or case.fmt
     four = (lambda v: [1, v[0], v[1], 1]) if fmt == "NHWC" else (lambda v: [1, 1, v[0], v[1]])
-    return dict(strides=four(strides), padding=padding, explicit_paddings=list(explicit), data_format=fmt,
-                dilations=four(dilations))
+    explicit = list(case.explicit)
+    if fmt == "NCHW" and explicit:
+        explicit = explicit[0:2] + explicit[6:8] + explicit[2:6]
+    return dict(strides=four(case.strides), padding=case.padding, explicit_paddings=explicit, data_format=fmt,
+                dilations=four(case.dilations))
+
+
+def _conv_fns(case, x_shape, w_shape):
+    """(filter gradient fn(x, dy), input gradient fn(w, dy) with constant input_sizes, input gradient
+    fn(x, w, dy) with input_sizes = tf.shape(x), as a tape gradient builds it)."""
+    attrs = _conv_attrs(case)
+
+    def by_filter(a, g):
+        return raw.Conv2DBackpropFilter(input=a, filter_sizes=list(w_shape), out_backprop=g, **attrs)
+
+    def by_input(k, g):
+        return raw.Conv2DBackpropInput(input_sizes=list(x_shape), filter=k, out_backprop=g, **attrs)
+
+    def by_input_shape_of_x(a, k, g):
+        return raw.Conv2DBackpropInput(input_sizes=tf.shape(a), filter=k, out_backprop=g, **attrs)
+
+    return by_filter, by_input, by_input_shape_of_x
 
 
 def _numpy_conv_grads(x, w, dy, pads, strides, dilations):
@@ -186,84 +251,157 @@ def _numpy_conv_grads(x, w, dy, pads, strides, dilations):
     for i in range(w.shape[0]):
         for j in range(w.shape[1]):
             r0, c0 = i * dilations[0], j * dilations[1]
-            patch = xp[:, r0:r0 + (oh - 1) * strides[0] + 1:strides[0], c0:c0 + (ow - 1) * strides[1] + 1:strides[1], :]
-            dw[i, j] = np.einsum("nhwc,nhwo->co", patch, dy)
-            dxp[:, r0:r0 + (oh - 1) * strides[0] + 1:strides[0], c0:c0 + (ow - 1) * strides[1] + 1:strides[1], :] += \
-                np.einsum("nhwo,co->nhwc", dy, w[i, j])
+            taps = (slice(None), slice(r0, r0 + (oh - 1) * strides[0] + 1, strides[0]),
+                    slice(c0, c0 + (ow - 1) * strides[1] + 1, strides[1]))
+            dw[i, j] = np.einsum("nhwc,nhwo->co", xp[taps], dy)
+            dxp[taps] += np.einsum("nhwo,co->nhwc", dy, w[i, j])
     return dw, dxp[:, pt:pt + x.shape[1], pl:pl + x.shape[2], :]
 
 
+# NHWC geometries: the undilated ones against TF's Eigen kernels here, the dilated ones against oneDNN.
 CONV_CASES = [
-    ("SAME", (1, 1), (1, 1), ()),
-    ("SAME", (2, 3), (1, 1), ()),
-    ("VALID", (2, 2), (1, 1), ()),
-    ("VALID", (1, 2), (1, 1), ()),
-    ("EXPLICIT", (1, 1), (1, 1), (0, 0, 1, 2, 0, 3, 0, 0)),
-    ("EXPLICIT", (2, 3), (1, 1), (0, 0, 2, 0, 1, 1, 0, 0)),
-    ("SAME", (1, 1), (2, 3), ()),
-    ("VALID", (2, 1), (2, 2), ()),
-    ("EXPLICIT", (2, 2), (3, 1), (0, 0, 1, 2, 2, 0, 0, 0)),
+    ConvCase("NHWC", "SAME", (1, 1), (1, 1)),
+    ConvCase("NHWC", "SAME", (2, 3), (1, 1)),
+    ConvCase("NHWC", "VALID", (2, 2), (1, 1)),
+    ConvCase("NHWC", "VALID", (1, 2), (1, 1)),
+    ConvCase("NHWC", "EXPLICIT", (1, 1), (1, 1), (0, 0, 1, 2, 0, 3, 0, 0)),
+    ConvCase("NHWC", "EXPLICIT", (2, 3), (1, 1), (0, 0, 2, 0, 1, 1, 0, 0)),
+    ConvCase("NHWC", "SAME", (1, 1), (2, 3)),
+    ConvCase("NHWC", "SAME", (2, 2), (2, 2)),
+    ConvCase("NHWC", "VALID", (2, 1), (2, 2)),
+    ConvCase("NHWC", "EXPLICIT", (2, 2), (3, 1), (0, 0, 1, 2, 2, 0, 0, 0)),
+    ConvCase("NCHW", "SAME", (2, 3), (1, 1)),
+    ConvCase("NCHW", "VALID", (2, 2), (1, 1)),
+    ConvCase("NCHW", "SAME", (1, 1), (2, 3)),
+    ConvCase("NCHW", "VALID", (2, 1), (1, 2)),
+    ConvCase("NCHW", "EXPLICIT", (2, 1), (1, 1), (0, 0, 1, 1, 2, 0, 0, 0)),
+    ConvCase("NCHW", "EXPLICIT", (1, 2), (2, 1), (0, 0, 2, 1, 0, 1, 0, 0)),
+]
+
+# tf2onnx 1.17's own Conv2DBackpropInput handler (plain tf2onnx.convert.from_function, opset 17), checked
+# against the same references: (case, input_sizes "constant" or "shape" (tf.shape(x), None batch),
+# tf2onnx right?). See converters/gradients/bias_conv.py for what goes wrong where.
+TF2ONNX_CASES = [
+    (ConvCase("NHWC", "SAME", (2, 2), (1, 1), size=(9, 7)), "constant", True),
+    (ConvCase("NHWC", "SAME", (2, 2), (1, 1), size=(9, 7)), "shape", True),
+    (ConvCase("NHWC", "VALID", (1, 1), (2, 3), size=(9, 7)), "constant", True),
+    (ConvCase("NCHW", "SAME", (2, 2), (2, 2), size=(9, 7)), "constant", True),
+    (ConvCase("NHWC", "VALID", (2, 2), (1, 1), size=(9, 7)), "shape", True),
+    (ConvCase("NHWC", "VALID", (2, 2), (1, 1), size=(9, 7)), "constant", False),  # 3: negative pads
+    (ConvCase("NHWC", "EXPLICIT", (1, 1), (1, 1), (0, 0, 2, 0, 0, 1, 0, 0)), "constant", False),  # 1: values
+    (ConvCase("NHWC", "EXPLICIT", (2, 2), (1, 1), (0, 0, 2, 0, 0, 1, 0, 0)), "shape", False),  # 1
+    (ConvCase("NHWC", "EXPLICIT", (1, 1), (1, 1), (0, 0, 1, 1, 2, 2, 0, 0)), "constant", False),  # 2: fails
+    (ConvCase("NHWC", "EXPLICIT", (1, 1), (2, 2), (0, 0, 2, 0, 0, 1, 0, 0)), "constant", False),  # 1, dilated
+    (ConvCase("NCHW", "SAME", (1, 1), (1, 1), size=(9, 7)), "shape", False),  # 4: shape
+    (ConvCase("NCHW", "SAME", (2, 2), (2, 2), size=(9, 7)), "shape", False),  # 4
 ]
 
 
+@pytest.fixture(scope="module")
+def onednn_conv():
+    """TF's oneDNN results (or its error message) for every case Eigen cannot run, from one child process."""
+    cases = sorted({c for c in CONV_CASES + [c for c, _, _ in TF2ONNX_CASES]
+                    if c.fmt == "NCHW" or c.dilations != (1, 1)}, key=str)
+    requests = []
+    for case in cases:
+        x, w, dy = _conv_inputs(case)
+        requests.append((_to_layout(case, x), w, _to_layout(case, dy), _conv_attrs(case)))
+    return dict(zip(cases, call_in_mode("onednn", "tf_oracle:conv2d_backprops", requests)))
+
+
+def _conv_reference(case, onednn):
+    """(filter gradient, input gradient) in the case's layout, and where they come from.
+
+    TF's Eigen kernels (this process) run NHWC without dilation only. oneDNN (tests/tf_modes.py) also runs
+    dilations and NCHW, but not with EXPLICIT padding: it hands those to Eigen, which rejects them (see
+    test_onednn_conv_backprops). So an undilated NCHW EXPLICIT case is TF's Eigen NHWC result transposed
+    (the layout only moves data), and a dilated EXPLICIT case is checked against NumPy.
+    """
+    x, w, dy = _conv_inputs(case)
+    from_onednn = onednn.get(case)
+    if from_onednn is not None and not isinstance(from_onednn, str):
+        return from_onednn, "TF oneDNN"
+    if case.dilations == (1, 1):
+        attrs = _conv_attrs(case, "NHWC")
+        dw = np.asarray(raw.Conv2DBackpropFilter(input=x, filter_sizes=list(w.shape), out_backprop=dy, **attrs))
+        dx = np.asarray(raw.Conv2DBackpropInput(input_sizes=list(x.shape), filter=w, out_backprop=dy, **attrs))
+        return (dw, _to_layout(case, dx)), "TF Eigen"
+    pads, _ = _conv_geometry(case)
+    dw, dx = _numpy_conv_grads(x, w, dy, pads, case.strides, case.dilations)
+    return (dw.astype(f32), _to_layout(case, dx.astype(f32))), "NumPy"
+
+
+def _run_converted(fn, inputs, lowering, none_batch=()):
+    """ORT's output of ``fn`` converted by the project; inputs at the indices in none_batch get a None batch."""
+    specs = [tf.TensorSpec([None, *a.shape[1:]] if i in none_batch else a.shape, tf.float32)
+             for i, a in enumerate(inputs)]
+    model = converters.from_function(tf.function(fn), specs, lowering=lowering)
+    return list(run_onnx(model, dict(zip([i.name for i in model.graph.input], inputs))).values())[0]
+
+
+def _run_plain_tf2onnx(fn, inputs, none_batch=()):
+    """ORT's output of ``fn`` converted by tf2onnx alone (its own handlers, opset 17), or the exception."""
+    specs = [tf.TensorSpec([None, *a.shape[1:]] if i in none_batch else a.shape, tf.float32)
+             for i, a in enumerate(inputs)]
+    try:
+        model, _ = tf2onnx.convert.from_function(tf.function(fn), input_signature=specs, opset=17)
+        return list(run_onnx(model, dict(zip([i.name for i in model.graph.input], inputs))).values())[0]
+    except Exception as e:  # a failed conversion or a model ONNX Runtime refuses: tf2onnx is wrong there
+        return e
+
+
+def _sum_close(expected, actual):
+    return not isinstance(actual, Exception) and compare_output("grad", expected, actual, rtol=SUM_RTOL).ok
+
+
 @pytest.mark.parametrize("lowering", LOWERINGS)
-@pytest.mark.parametrize("padding,strides,dilations,explicit", CONV_CASES)
-def test_conv2d_backprop(padding, strides, dilations, explicit, lowering):
-    rng = np.random.default_rng(3)
-    x = rng.standard_normal((2, 9, 8, 3)).astype(f32)
-    w = rng.standard_normal((3, 2, 3, 4)).astype(f32)
-    pads, (oh, ow) = _conv_geometry("NHWC", padding, strides, dilations, x.shape, (3, 2), explicit)
-    dy = rng.standard_normal((2, oh, ow, 4)).astype(f32)
-    attrs = _attrs("NHWC", padding, strides, dilations, explicit)
-
-    def by_filter(a, g):
-        return raw.Conv2DBackpropFilter(input=a, filter_sizes=list(w.shape), out_backprop=g, **attrs)
-
-    def by_input(k, g):
-        return raw.Conv2DBackpropInput(input_sizes=list(x.shape), filter=k, out_backprop=g, **attrs)
-
-    if dilations == (1, 1):
-        _sum_check(by_filter, [x, dy], lowering, none_batch=True)
-        _sum_check(by_input, [w, dy], lowering)
-        return
-    # TF's CPU kernels reject dilations > 1 in the backprop ops: NumPy is the reference.
-    dw_ref, dx_ref = _numpy_conv_grads(x, w, dy, pads, strides, dilations)
-    for fn, inputs, ref in ((by_filter, [x, dy], dw_ref), (by_input, [w, dy], dx_ref)):
-        model = converters.from_function(tf.function(fn), [tf.TensorSpec(a.shape, tf.float32) for a in inputs],
-                                         lowering=lowering)
-        got = list(run_onnx(model, dict(zip([i.name for i in model.graph.input], inputs))).values())[0]
-        check = compare_output("grad", ref.astype(f32), got, rtol=SUM_RTOL)
+@pytest.mark.parametrize("case", CONV_CASES, ids=str)
+def test_conv2d_backprop(case, lowering, onednn_conv):
+    x, w, dy = _conv_inputs(case)
+    x, dy = _to_layout(case, x), _to_layout(case, dy)
+    (dw, dx), source = _conv_reference(case, onednn_conv)
+    by_filter, by_input, by_input_shape_of_x = _conv_fns(case, x.shape, w.shape)
+    checks = [(by_filter, [x, dy], (0, 1), dw), (by_input, [w, dy], (), dx),
+              (by_input_shape_of_x, [x, w, dy], (0, 2), dx)]
+    for fn, inputs, none_batch, expected in checks:
+        check = compare_output(f"{fn.__name__} vs {source}", expected, _run_converted(fn, inputs, lowering, none_batch),
+                               rtol=SUM_RTOL)
         assert check.ok, f"{check}"
 
 
-@pytest.mark.parametrize("lowering", LOWERINGS)
-def test_conv2d_backprop_nchw_matches_nhwc(lowering):
-    """NCHW (no TF CPU kernel): the converted NCHW op equals TF's NHWC result, transposed."""
-    rng = np.random.default_rng(4)
-    x = rng.standard_normal((2, 7, 6, 3)).astype(f32)
-    w = rng.standard_normal((3, 3, 3, 2)).astype(f32)
-    explicit_nhwc = (0, 0, 1, 1, 2, 0, 0, 0)
-    explicit_nchw = (0, 0, 0, 0, 1, 1, 2, 0)
-    _, (oh, ow) = _conv_geometry("NHWC", "EXPLICIT", (2, 1), (1, 1), x.shape, (3, 3), explicit_nhwc)
-    dy = rng.standard_normal((2, oh, ow, 2)).astype(f32)
-    nhwc = _attrs("NHWC", "EXPLICIT", (2, 1), (1, 1), explicit_nhwc)
-    nchw = _attrs("NCHW", "EXPLICIT", (2, 1), (1, 1), explicit_nchw)
-    to_nchw = (0, 3, 1, 2)
-    expected_dw = np.asarray(raw.Conv2DBackpropFilter(input=x, filter_sizes=list(w.shape), out_backprop=dy, **nhwc))
-    expected_dx = np.asarray(raw.Conv2DBackpropInput(input_sizes=list(x.shape), filter=w, out_backprop=dy, **nhwc))
-    xc, dyc = x.transpose(to_nchw), dy.transpose(to_nchw)
-    cases = [
-        (lambda a, g: raw.Conv2DBackpropFilter(input=a, filter_sizes=list(w.shape), out_backprop=g, **nchw),
-         [xc, dyc], expected_dw),
-        (lambda k, g: raw.Conv2DBackpropInput(input_sizes=list(xc.shape), filter=k, out_backprop=g, **nchw),
-         [w, dyc], expected_dx.transpose(to_nchw)),
-    ]
-    for fn, inputs, expected in cases:
-        model = converters.from_function(tf.function(fn), [tf.TensorSpec(a.shape, tf.float32) for a in inputs],
-                                         lowering=lowering)
-        got = list(run_onnx(model, dict(zip([i.name for i in model.graph.input], inputs))).values())[0]
-        check = compare_output("grad", expected, got, rtol=SUM_RTOL)
+def test_onednn_conv_backprops(onednn_conv):
+    """What oneDNN does with the cases Eigen rejects: it runs dilations and NCHW, and agrees with NumPy's
+    float64 result within SUM_RTOL; it rejects EXPLICIT padding with a dilation or in NCHW. If TF changes
+    either, this fails and _conv_reference's choice of reference needs a look."""
+    for case, result in onednn_conv.items():
+        if case.padding == "EXPLICIT":
+            rejected = isinstance(result, str) and ("dilation rates larger than 1" in result or "only supports NHWC" in result)
+            assert rejected, f"{case}: oneDNN now runs it"
+            continue
+        assert not isinstance(result, str), f"{case}: {result}"
+        x, w, dy = _conv_inputs(case)
+        pads, _ = _conv_geometry(case)
+        dw, dx = _numpy_conv_grads(x, w, dy, pads, case.strides, case.dilations)
+        for name, expected, got in (("dw", dw, result[0]), ("dx", _to_layout(case, dx), result[1])):
+            check = compare_output(f"{case} {name}", expected.astype(f32), got, rtol=SUM_RTOL)
+            assert check.ok, f"{check}"
+
+
+@pytest.mark.parametrize("case,input_sizes,tf2onnx_right", TF2ONNX_CASES, ids=lambda v: str(v))
+def test_conv2d_backprop_input_against_tf2onnx(case, input_sizes, tf2onnx_right, onednn_conv):
+    """Ours matches the reference in both lowerings; tf2onnx's handler is right or wrong as recorded."""
+    x, w, dy = _conv_inputs(case)
+    x, dy = _to_layout(case, x), _to_layout(case, dy)
+    (_, dx), source = _conv_reference(case, onednn_conv)
+    _, by_input, by_input_shape_of_x = _conv_fns(case, x.shape, w.shape)
+    fn, inputs, none_batch = ((by_input, [w, dy], ()) if input_sizes == "constant"
+                              else (by_input_shape_of_x, [x, w, dy], (0, 2)))
+    for lowering in LOWERINGS:
+        check = compare_output(f"ours ({lowering}) vs {source}", dx, _run_converted(fn, inputs, lowering, none_batch),
+                               rtol=SUM_RTOL)
         assert check.ok, f"{check}"
+    theirs = _run_plain_tf2onnx(fn, inputs, none_batch)
+    assert _sum_close(dx, theirs) == tf2onnx_right, f"tf2onnx: {theirs if isinstance(theirs, Exception) else 'values'}"
 
 
 # ---------------------------------------------------------------- pooling
@@ -444,3 +582,22 @@ def test_tolerances_catch_wrong_results():
     relu = np.asarray(raw.ReluGrad(gradients=f32([-1.0, 2.0]), features=f32([-1.0, 1.0])))
     assert not compare_output("sign", relu, f32([0.0, 2.0]), exact=True).ok
     assert not compare_output("tail", np.ones(4, f32), np.ones(4, f32) * f32(1 + 2 ** -21), rtol=ULP2, atol=0.0).ok
+
+
+def test_conv2d_backprop_bad_geometry_names_op_and_input():
+    """An out_backprop whose known spatial size is not the forward convolution's output, and a window
+    that does not fit the padded input, fail naming the op, the node and the input at fault."""
+    attrs = dict(strides=[1, 2, 2, 1], padding="VALID")
+    spec = lambda *shape: tf.TensorSpec(shape, tf.float32)  # noqa: E731
+    by_filter = lambda a, g: raw.Conv2DBackpropFilter(input=a, filter_sizes=[3, 3, 2, 4], out_backprop=g,  # noqa: E731
+                                                      name="dw", **attrs)
+    with pytest.raises(ConversionError, match=r"Conv2DBackpropFilter \(node 'dw'\).*out_backprop.*\[4, 3\].*\[3, 3\]"):
+        converters.from_function(tf.function(by_filter), [spec(1, 7, 8, 2), spec(1, 4, 3, 4)])
+    by_input = lambda k, g: raw.Conv2DBackpropInput(input_sizes=[1, 7, 8, 2], filter=k, out_backprop=g,  # noqa: E731
+                                                    name="dx", **attrs)
+    with pytest.raises(ConversionError, match=r"Conv2DBackpropInput \(node 'dx'\).*out_backprop.*\[3, 4\].*\[3, 3\]"):
+        converters.from_function(tf.function(by_input), [spec(3, 3, 2, 4), spec(1, 3, 4, 4)])
+    too_small = lambda a, g: raw.Conv2DBackpropFilter(input=a, filter_sizes=[3, 3, 2, 4], out_backprop=g,  # noqa: E731
+                                                      name="dw", strides=[1, 1, 1, 1], padding="VALID")
+    with pytest.raises(ConversionError, match=r"Conv2DBackpropFilter \(node 'dw'\).*window.*does not fit"):
+        converters.from_function(tf.function(too_small), [spec(1, 2, 8, 2), spec(1, None, None, 4)])

@@ -57,3 +57,19 @@ def depthwise_outputs(cases):
             y, dx, dw = y.numpy(), dx.numpy(), dw.numpy()
         results.append((y, dx, dw))
     return results
+
+
+def conv2d_backprops(cases):
+    """TF's (filter gradient, input gradient) for ``[(x, w, dy, attrs), ...]`` by the raw Conv2DBackprop*
+    ops, in the layout ``attrs`` names; where TF's kernels reject a case, the error message instead."""
+    results = []
+    for x, w, dy, attrs in cases:
+        try:
+            dw = tf.raw_ops.Conv2DBackpropFilter(input=x, filter_sizes=np.array(w.shape, np.int32), out_backprop=dy,
+                                                 **attrs).numpy()
+            dx = tf.raw_ops.Conv2DBackpropInput(input_sizes=np.array(x.shape, np.int32), filter=w, out_backprop=dy,
+                                                **attrs).numpy()
+            results.append((dw, dx))
+        except tf.errors.OpError as e:
+            results.append(e.message)
+    return results

@@ -87,7 +87,7 @@ def check_out_backprop(b: Lowering, index: int, data_format: str, expected) -> N
         return
     if len(shape) != 4:
         b.fail(f"input out_backprop ({b.inputs[index]!r}) must be 4-D, got shape {shape}")
-    for axis, want in zip(LAYOUTS[data_format][2], expected):
-        if shape[axis] >= 0 and shape[axis] != want:
-            b.fail(f"input out_backprop ({b.inputs[index]!r}) has spatial dims "
-                   f"{[shape[a] for a in LAYOUTS[data_format][2]]}; the forward convolution's output is {list(expected)}")
+    got = [shape[axis] for axis in LAYOUTS[data_format][2]]
+    if any(g >= 0 and g != want for g, want in zip(got, expected)):
+        b.fail(f"input out_backprop ({b.inputs[index]!r}) has spatial dims {got}; "
+               f"the forward convolution's output is {list(expected)}")

@@ -5,10 +5,34 @@ for bit: ONNX Runtime's Conv and ReduceSum add in another order than TF's Eigen 
 
 Conv2DBackpropFilter is a convolution of the input with the output gradient (batch as the channel
 axis, the forward stride as the dilation and the forward dilation as the stride). Conv2DBackpropInput
-is a full ConvTranspose cropped by the forward padding; being registered here, it always replaces
-tf2onnx's handler (and tf2onnx's Conv2D+Add rewriter), so one code path covers SAME/VALID/EXPLICIT,
-strides and dilations (tests/test_gradient_ops.py checks them against TF or, where TF's CPU kernel
-has no dilation/NCHW support, against NumPy).
+is a full ConvTranspose cropped by the forward padding. Both take the forward convolution's padding
+and output size from the padding attribute and the input and filter sizes (converters.gradients._conv.
+forward_geometry), never from out_backprop's shape, which tf2onnx loses with a None batch behind the
+gradient of a Pad or Concat (tests/test_gradient_ops_extra.py); a known out_backprop shape is checked.
+
+Why Conv2DBackpropInput replaces tf2onnx's handler (registered here, it always does, together with
+tf2onnx's Conv2D+BiasAdd rewriter): tf2onnx 1.17's handler (plain tf2onnx.convert.from_function,
+opset 17, run in ONNX Runtime, compared with TF and NumPy) ignores the padding attribute and derives
+ConvTranspose's pads from the sizes, total = stride * (out - 1) + (k - 1) * dilation + 1 - size, the
+smaller half before.
+* Right: SAME (that is TF's SAME split) with any strides and dilations and odd or even sizes (9x7,
+  stride 2), NHWC with constant input_sizes or input_sizes = tf.shape(x), NCHW with constant
+  input_sizes; VALID with stride 1 (dilations too); VALID with stride 2 when input_sizes is
+  tf.shape(x) in NHWC (its run-time crop); EXPLICIT only where the padding equals that split.
+* Wrong (each a case of tests/test_gradient_ops.py::test_conv2d_backprop_input_against_tf2onnx, where
+  ours matches TF):
+  1. EXPLICIT padding other than that split, e.g. rows (2, 0) and columns (0, 1), stride 1 or 2, with
+     or without dilations, constant or run-time input_sizes: wrong values (relative error ~1).
+  2. EXPLICIT padding beyond the filter's reach, so out_backprop is larger than the input (rows (1, 1),
+     columns (2, 2) with a 3x2 filter): the conversion fails ("output dims cannot be smaller than input
+     dims") and leaves a model ONNX Runtime rejects.
+  3. VALID with stride > 1 where the window does not end on the last row or column (a 9x7 input, 3x2
+     filter, stride 2: Keras' Conv2D(strides=2, padding="valid") on an odd size) and constant
+     input_sizes: negative ConvTranspose pads, which ONNX Runtime rejects.
+  4. NCHW with input_sizes = tf.shape(x) (a tape gradient with a None batch): its crop slices axes 1
+     and 2 as if NHWC, channels and rows, so the output has the wrong shape (SAME 9x7, stride 1 or
+     stride 2 with dilation 2).
+Dilations as such are right in tf2onnx (cases 1, 3 and 4 fail with and without them).
 """
 from __future__ import annotations
 
