@@ -218,7 +218,8 @@ def test_exact_gelu_and_its_gradient(lowering):
 @pytest.mark.parametrize("lowering", LOWERINGS)
 def test_conv_backprops_whose_out_backprop_shape_tf2onnx_lost(lowering):
     """With a None batch, Pad's gradient is a Slice of run-time size, and tf2onnx knows nothing of its
-    shape; the conv backprops behind it take out_backprop's spatial size from the forward geometry.
+    shape; the conv backprops behind it compute out_backprop's spatial size from the forward geometry
+    (converters.gradients._conv.forward_geometry); without that they cannot convert.
     Both are sums (ORT's Conv adds in another order than TF), so verify's float32 tolerance applies."""
     signature = [tf.TensorSpec([None, 5, 6, 2], tf.float32)]
     w1 = tf.constant(rng.standard_normal((3, 3, 2, 3)).astype(np.float32))
