@@ -32,7 +32,7 @@ smaller half before.
   4. NCHW with input_sizes = tf.shape(x) (a tape gradient with a None batch): its crop slices axes 1
      and 2 as if NHWC, channels and rows, so the output has the wrong shape (SAME 9x7, stride 1 or
      stride 2 with dilation 2).
-Dilations as such are right in tf2onnx (cases 1, 3 and 4 fail with and without them).
+Dilations as such are right in tf2onnx (cases 1 and 4 fail with and without them).
 """
 from __future__ import annotations
 
