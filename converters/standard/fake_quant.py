@@ -105,8 +105,15 @@ def _both_zero(lw: Lowering, mn: str, mx: str) -> str:
     return lw.op("And", lw.op("Equal", mn, zero), lw.op("Equal", mx, zero))
 
 
+def _flushed_scalar(v) -> np.float32:
+    """A float32 attribute as TF's kernel sees it with denormals-are-zero on (subnormal -> signed zero)."""
+    v = F32(v)
+    return F32(np.copysign(F32(0), v)) if v != 0 and abs(v) < np.finfo(F32).tiny else v
+
+
 def _args_range(lw: Lowering):
-    mn, mx = F32(lw.attr("min", -6.0)), F32(lw.attr("max", 6.0))
+    # Subnormal bounds are signed zeros to TF, so min=-1e-38, max=1e-38 is rejected as "-0 >= 0".
+    mn, mx = _flushed_scalar(lw.attr("min", -6.0)), _flushed_scalar(lw.attr("max", 6.0))
     if not mn < mx:
         lw.fail(f"min has to be smaller than max, was: {float(mn):g} >= {float(mx):g}")
     return mn, mx
@@ -168,8 +175,8 @@ def lower_vars_gradient(ctx, node):
     _check_rank(lw, 2, "min", 0)
     _check_rank(lw, 3, "max", 0)
     lw.take_over()
-    g, x, mn, mx = lw.inputs
-    g, x = _flushed_grad_inputs(lw, g, x)
+    raw_g, x, mn, mx = lw.inputs
+    g, x = _flushed_grad_inputs(lw, raw_g, x)
     n = nudge(lw, mn, mx, qmin, qmax)
     both_zero = _both_zero(lw, mn, mx)
     zero = lw.const(0.0, F32)
@@ -178,7 +185,8 @@ def lower_vars_gradient(ctx, node):
     above = lw.op("Mul", g, lw.mask_as(lw.op("Greater", x, n.nudged_max), FLOAT))
     dmin = lw.reduce("ReduceSum", below, None, keepdims=False)
     dmax = lw.reduce("ReduceSum", above, None, keepdims=False)
-    lw.emit(0, lw.where(both_zero, g, dx, F32))
+    # A min == max == 0 range copies the gradient unflushed (TF's plain Eigen copy does no arithmetic).
+    lw.emit(0, lw.where(both_zero, raw_g, dx, F32))
     lw.emit(1, lw.where(both_zero, zero, dmin, F32))
     lw.emit(2, lw.where(both_zero, zero, dmax, F32))
 
@@ -219,8 +227,8 @@ def lower_vars_per_channel_gradient(ctx, node):
     qmin, qmax = _grid(lw)
     _check_per_channel(lw, 1, 2)
     lw.take_over()
-    g, x, mn, mx = lw.inputs
-    g, x = _flushed_grad_inputs(lw, g, x)
+    raw_g, x, mn, mx = lw.inputs
+    g, x = _flushed_grad_inputs(lw, raw_g, x)
     n = nudge(lw, mn, mx, qmin, qmax)
     both_zero = _both_zero(lw, mn, mx)
     zero = lw.const(0.0, F32)
@@ -233,7 +241,8 @@ def lower_vars_per_channel_gradient(ctx, node):
 
     dmin = column_sums(lw.op("Less", x, n.nudged_min))
     dmax = column_sums(lw.op("Greater", x, n.nudged_max))
-    lw.emit(0, lw.where(both_zero, g, dx, F32))
+    # A min == max == 0 range copies the gradient unflushed (TF's plain Eigen copy does no arithmetic).
+    lw.emit(0, lw.where(both_zero, raw_g, dx, F32))
     lw.emit(1, lw.where(both_zero, zero, dmin, F32))
     lw.emit(2, lw.where(both_zero, zero, dmax, F32))
 

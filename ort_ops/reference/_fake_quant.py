@@ -205,6 +205,9 @@ def check_same_size(op: str, gradients, inputs) -> None:
 
 
 def check_args_range(op: str, min_val: float, max_val: float) -> None:
+    # TF compares (and prints) the float32 attributes with denormals-are-zero on: subnormal bounds are
+    # signed zeros, so min=-1e-38, max=1e-38 is rejected as "-0 >= 0".
+    min_val, max_val = flush(F32(min_val)), flush(F32(max_val))
     if not min_val < max_val:
         raise OpError(op, f"min has to be smaller than max, was: {format_float(min_val)} >= {format_float(max_val)}")
 

@@ -79,7 +79,21 @@ def args_cases(op, rng):
     if op.endswith("Gradient"):
         cases.append(tf_case(op, [np.ones(4, F32), x], {}, "gradient and input shapes differ"))
         cases.append(tf_case(op, [np.ones((5, 1), F32), x], {}, "gradient and input ranks differ"))
+    # issue 11: subnormal bounds are zeros to TF (rejected as "-0 >= 0", or flushed before the nudge)
+    for attrs, note in (
+        ({"min": -1e-38, "max": 1e-38}, "issue 11: subnormal min and max"),
+        ({"min": 0.0, "max": 1e-40}, "issue 11: subnormal max above min 0"),
+        ({"min": -1e-40, "max": 1.0}, "issue 11: subnormal min"),
+    ):
+        cases.append(tf_case(op, one, attrs, note))
+    if op.endswith("Gradient"):
+        cases.append(tf_case(op, [SUBNORMAL_GRADIENTS, np.full(5, 0.5, F32)], {"min": -1.0, "max": 1.0},
+                             "issue 11: subnormal gradients inside the range"))
     return cases
+
+
+# issue 11: TF flushes subnormal gradients to signed zeros where it multiplies them by the mask
+SUBNORMAL_GRADIENTS = F32([1e-45, -1e-40, 1.0, -1e-45, 1e-39])
 
 
 def vars_ranges():
@@ -118,6 +132,10 @@ def vars_cases(op, rng):
         cases.append(tf_case(op, pre + inputs, attrs, note))
     if grad:
         cases.append(tf_case(op, [np.ones(4, F32), x, F32(-1), F32(1)], {}, "gradient and input shapes differ"))
+        # issue 11: subnormal gradients are flushed inside the range and copied when min == max == 0
+        x = F32([0.5, 0.5, 5.0, -5.0, 0.5])
+        for mn, mx in ((-1.0, 1.0), (0.0, 0.0), (-1e-40, 1e-40)):
+            cases.append(tf_case(op, [SUBNORMAL_GRADIENTS, x, F32(mn), F32(mx)], {}, f"issue 11: subnormal gradients, range [{mn},{mx}]"))
     return cases
 
 
@@ -159,6 +177,13 @@ def per_channel_cases(op, rng):
         cases.append(tf_case(op, pre + inputs, attrs, note))
     if grad:
         cases.append(tf_case(op, [np.ones((3, 3), F32), x, F32([-1] * 3), F32([1] * 3)], {}, "gradient shape differs"))
+        # issue 11: subnormal gradients are flushed inside the range and copied in a min == max == 0 channel
+        g = np.stack([SUBNORMAL_GRADIENTS] * 4, axis=-1)
+        x = np.stack([F32([0.5, 0.5, 5.0, -5.0, 0.5])] * 4, axis=-1)
+        mins, maxs = F32([-1, 0, -1e-40, -1]), F32([1, 0, 1e-40, 0.25])
+        cases.append(tf_case(op, [g, x, mins, maxs], {}, "issue 11: subnormal gradients per channel"))
+        issue_case = [SUBNORMAL_GRADIENTS[None, :3], np.full((1, 3), 0.5, F32), F32([-1] * 3), F32([1] * 3)]
+        cases.append(tf_case(op, issue_case, {}, "issue 11: the issue's case"))
     return cases
 
 

@@ -108,6 +108,27 @@ def forward_cases(op, rng):
         ]
     for inputs, attrs, note in errs:
         cases.append(tf_case(op, inputs, attrs, note))
+    cases += signed_zero_max_cases(op)
+    return cases
+
+
+def signed_zero_max_cases(op):
+    """Issue 11: a data range whose max is a signed zero, on an unsigned grid (the zero's sign becomes the
+    step's, and so every output zero's). +0 and -0 share a packet lane pair of the horizontal fold, where
+    the lower half wins a tie; the longer inputs also go through the four packet accumulators."""
+    cases = []
+    nb = [np.int32(8)] if op.endswith("V3") else []
+    attrs = {"signed_input": False, "range_given": False} | ({} if op.endswith("V3") else {"num_bits": 8})
+    for dtype, width in ((np.float32, 8), (np.float64, 4)):
+        half = width // 2
+        for first in (0.0, -0.0):
+            lanes = np.full(width, -20.0)
+            lanes[0], lanes[half] = first, -first
+            tiled = np.concatenate([np.array([0.0, -0.0, -20.0]), np.resize(lanes, 4 * width + 5)])
+            for x in (lanes, tiled):
+                x = x.astype(dtype)
+                note = f"issue 11: {dtype.__name__} zero max of both signs, unsigned grid, {x.size} values from {first}"
+                cases.append(tf_case(op, [x, dtype(0), dtype(0)] + nb, attrs, note))
     return cases
 
 

@@ -50,9 +50,11 @@ void ForwardDivide(const float* x, float* y, int64_t n, float lo, float hi, floa
 
 TFOPS_VECTOR_CLONES
 void GradientInRange(const float* g, const float* x, float* dx, int64_t n, float lo, float hi) {
+  // TF multiplies by a 0/1 mask under flush-to-zero; g * 1 may be folded to g, so the inside side
+  // flushes explicitly (g * 0 keeps TF's -0 and inf * 0 = NaN).
   for (int64_t i = 0; i < n; ++i) {
-    const float mask = (x[i] >= lo && x[i] <= hi) ? 1.0f : 0.0f;
-    dx[i] = g[i] * mask;
+    const bool inside = x[i] >= lo && x[i] <= hi;
+    dx[i] = inside ? FlushDenormal(g[i]) : g[i] * 0.0f;
   }
 }
 
@@ -99,7 +101,8 @@ void PerChannelGradientRow(const float* __restrict g, const float* __restrict x,
                            float* __restrict sum_max) {
   for (int64_t c = 0; c < n; ++c) {
     const float gv = g[c], xv = x[c];
-    const float masked = gv * ((xv >= lo[c] && xv <= hi[c]) ? 1.0f : 0.0f);
+    // As GradientInRange; a min == max == 0 channel copies g unflushed, as TF's Eigen copy does.
+    const float masked = (xv >= lo[c] && xv <= hi[c]) ? FlushDenormal(gv) : gv * 0.0f;
     dx[c] = keep[c] != 0.0f ? masked : gv;
     sum_min[c] = sum_min[c] + gv * (xv < lo[c] ? 1.0f : 0.0f);
     sum_max[c] = sum_max[c] + gv * (xv > hi[c] ? 1.0f : 0.0f);

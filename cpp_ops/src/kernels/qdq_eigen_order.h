@@ -62,8 +62,10 @@ T EigenExtreme(const F& value, int64_t n) {
   }
   T scalar = init;
   for (int64_t j = whole; j < n; ++j) scalar = Pick<T, kMax>(scalar, value(j));
-  for (int width = W / 2; width >= 1; width /= 2) {  // horizontal fold, upper half onto lower
-    for (int l = 0; l < width; ++l) acc[0][l] = Pick<T, kMax>(acc[0][l], acc[0][l + width]);
+  // Horizontal fold, upper half onto lower: MINPS/MAXPS(upper, lower), so a tie (+0 against -0, or
+  // two NaNs) keeps the lower half's value.
+  for (int width = W / 2; width >= 1; width /= 2) {
+    for (int l = 0; l < width; ++l) acc[0][l] = Pick<T, kMax>(acc[0][l + width], acc[0][l]);
   }
   return Pick<T, kMax>(acc[0][0], scalar);
 }

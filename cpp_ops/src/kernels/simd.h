@@ -10,6 +10,9 @@
 #define TFOPS_VECTOR_CLONES
 #endif
 
+#include <cmath>
+#include <limits>
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <xmmintrin.h>
 #endif
@@ -35,5 +38,13 @@ class ScopedFlushDenormals {
   ScopedFlushDenormals(const ScopedFlushDenormals&) = delete;
   ScopedFlushDenormals& operator=(const ScopedFlushDenormals&) = delete;
 };
+
+// A subnormal as the signed zero flush-to-zero makes of it; other values unchanged. For results the
+// compiler may compute without an arithmetic instruction (g * 1 folded to g, a select instead of a
+// multiply by a 0/1 mask), where the MXCSR mode cannot act.
+template <typename T>
+inline T FlushDenormal(T v) {
+  return std::fabs(v) < std::numeric_limits<T>::min() ? std::copysign(T(0), v) : v;
+}
 
 }  // namespace tfops

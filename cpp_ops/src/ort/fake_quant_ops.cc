@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "kernels/fake_quant.h"
+#include "kernels/simd.h"
 #include "ort/op_base.h"
 
 namespace tfops {
@@ -24,8 +25,9 @@ struct FakeQuantBits {
 
 // Args ops: min and max are attributes and TF requires min < max.
 FakeQuantGrid ArgsGrid(const KernelAttributes& attrs, const FakeQuantBits& bits) {
-  const float min = attrs.Float("min", -6.0f);
-  const float max = attrs.Float("max", 6.0f);
+  // TF reads the attributes and compares them with denormals-are-zero on: subnormal bounds are zeros.
+  const float min = FlushDenormal(attrs.Float("min", -6.0f));
+  const float max = FlushDenormal(attrs.Float("max", 6.0f));
   if (!(min < max)) {
     throw OpError("min has to be smaller than max, was: " + FloatString(min) + " >= " + FloatString(max));
   }
