@@ -30,6 +30,15 @@ Tolerances (the column "tolerance" shows the one applied to each output):
     that rounds differently); where no flip happens the outputs are bit-exact (the tables show it). The
     control model cnn_train_step_float has no activation quantizer and holds every float op of a
     training step to rtol 1e-5 (atol 1e-3 * max|tf| for cancelling sums).
+  * not judged: the quantized MobileNetV2 training step's gradients and the statistics and ranges of its
+    deeper layers. Measured: ORT's Conv and TF's differ by ~1 ulp (7e-7) in 218k of the 295k outputs of the
+    first convolution; that moves 1 of 295k elements of the first ReLU6 quantizer by a grid step, the
+    training-mode batch norms spread each such move over a whole channel, and after 52 layers the
+    gradients of the two runs are uncorrelated (normwise error ~1, printed in the table). This is a
+    property of the graph (any two implementations that sum in different orders diverge so), not of a
+    handler: the same ops are judged tightly in fourbit_cnn_train_step (exact), cnn_train_step_float and
+    mobilenet_v2_qat_saliency, and the loss (normwise 0.1), the input and weight ranges (exact) and the
+    first batch norm's statistics are judged here.
   * variable-update outputs (the moving statistics and ranges a training step assigns) are judged by the
     rule of their model applied to the update (new value - old value), see compare_update.
   * rtol/atol: every other float output, |ort - tf| <= rtol*|tf| + atol with rtol 1e-5 (a few float32
@@ -42,6 +51,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 import sys
 import time
 import traceback
@@ -66,6 +76,10 @@ TRAIN_STEP_NORMWISE = 0.1
 # Inference graphs with quantized activations: a flip (see above) in an early layer moves later
 # activations by whole grid steps, so the logits are judged normwise too.
 MOBILENET_INFERENCE_NORMWISE = 0.05
+# The quantized MobileNetV2 training step: its gradients, deep moving statistics and activation ranges are
+# not judged (see "not judged" in the module docstring); its loss, the input and weight ranges and the first
+# layers' statistics are.
+MOBILENET_STEP_NOT_JUDGED = r"^grad_|^(?!bn_Conv1/).*moving_|/output_m|post_activation_m"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -110,6 +124,12 @@ class ExampleModel:
     # converters' variable_updates: "outputs" adds each variable the step assigns as an output, compared
     # with the variable's value in TF after the same step.
     variable_updates: str = "warn"
+    # Outputs matching this pattern are printed with their errors but not judged (see "not judged" in the
+    # module docstring); the rest decide the result.
+    not_judged: str = ""
+    # The lowerings whose ONNX files are committed (the MobileNetV2 standard-lowering files, 8-20 MB each,
+    # are written locally by the main job but kept out of the repository, models/.gitignore).
+    committed_lowerings: tuple = LOWERINGS
     # Float outputs: atol = atol_factor * max|tf| of the output (see the module docstring).
     atol_factor: float = FLOAT_RTOL
     # When set, float outputs are judged normwise: ||ort - tf||_2 <= normwise * ||tf||_2.
@@ -131,6 +151,7 @@ EXAMPLES = (
         lambda rng: _images(rng, 4, 96),
         all_outputs_exact=False,
         normwise=MOBILENET_INFERENCE_NORMWISE,
+        committed_lowerings=("custom",),
     ),
     ExampleModel(
         "mobilenet_v2_qat_train_step",
@@ -142,6 +163,8 @@ EXAMPLES = (
         source="mobilenet_v2_qat",
         signature="train_step",
         variable_updates="outputs",
+        not_judged=MOBILENET_STEP_NOT_JUDGED,
+        committed_lowerings=("custom",),
     ),
     ExampleModel(
         "mobilenet_v2_qat_saliency",
@@ -151,6 +174,7 @@ EXAMPLES = (
         normwise=TRAIN_STEP_NORMWISE,
         source="mobilenet_v2_qat",
         signature="saliency",
+        committed_lowerings=("custom",),
     ),
     ExampleModel(
         "fourbit_cnn",
@@ -321,9 +345,18 @@ def compare(example: ExampleModel, name, expected, actual) -> OutputResult:
         inside = err <= FLOAT_RTOL * np.abs(expected.astype(np.float64)) + atol
         tolerance, ok = f"rtol {FLOAT_RTOL:.0e} atol {atol:.1e}", nonfinite_ok and bool(inside.all())
     note = ""
-    if n_diff and max_abs == 0 and nonfinite_ok:
+    if example.not_judged and re.search(example.not_judged, name):
+        tolerance, ok, note = "not judged", True, f"(normwise {_normwise(expected, actual):.1e})"
+    elif n_diff and max_abs == 0 and nonfinite_ok:
         note = "(differs only in the sign of zero)"
     return OutputResult(name, expected.shape, max_abs, max_rel, n_diff, expected.size, tolerance, ok, note)
+
+
+def _normwise(expected, actual) -> float:
+    e, a = expected.astype(np.float64), actual.astype(np.float64)
+    finite = np.isfinite(e) & np.isfinite(a)
+    ref = float(np.linalg.norm(e[finite]))
+    return float(np.linalg.norm((a - e)[finite])) / ref if ref else 0.0
 
 
 def node_summary(onnx_model) -> str:
@@ -430,7 +463,7 @@ def tf2onnx_baseline(example: ExampleModel, tf_run: TensorFlowRun, inputs: dict,
     except Exception as e:  # tf2onnx's failure is the finding
         result.error = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
         return result
-    for name in sorted(set(tf_run.outputs) - tf_run.variable_names):
+    for name in sorted(tf_run.outputs):
         if name in actual:
             result.outputs.append(compare(example, name, tf_run.outputs[name], actual[name]))
     return result

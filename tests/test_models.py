@@ -4,6 +4,7 @@ Runs the main job's functions (models.run_all) per model and lowering instead of
 """
 from __future__ import annotations
 
+import fnmatch
 import sys
 from pathlib import Path
 
@@ -59,6 +60,13 @@ def _committed(example, lowering):
 @pytest.mark.parametrize("lowering", run_all.LOWERINGS)
 def test_committed_onnx_file(example_run, lowering):
     example, inputs, tf_run = example_run
+    if lowering not in example.committed_lowerings:
+        # Too large to commit (8-20 MB): the main job writes it, git ignores it; the fresh-conversion test
+        # above checks this lowering.
+        ignored = (run_all.MODELS_DIR / ".gitignore").read_text().split()
+        relative = str(example.onnx_path(lowering).relative_to(run_all.MODELS_DIR))
+        assert any(fnmatch.fnmatch(relative, pattern) for pattern in ignored), relative
+        return
     model = _committed(example, lowering)
     assert model.ir_version <= MAX_IR_VERSION
     onnx.checker.check_model(model)
