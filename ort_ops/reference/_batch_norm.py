@@ -15,6 +15,7 @@ import functools
 import ml_dtypes
 import numpy as np
 
+from ort_ops.reference._fake_quant import flush as _flush
 from ort_ops.spec import OpError
 from ort_ops.specs.batch_norm import data_format_message, rank_message, vector_message
 
@@ -122,6 +123,16 @@ def check_x_dtype(op, x, allowed):
         raise OpError(op, f"x must be one of {[d.name for d in allowed]}, got {dtype.name}")
 
 
+def _ftz(*arrays):
+    """TF's denormal mode (docs/semantics.md section 3.7): its CPU kernels compute with denormals-are-zero
+    and flush-to-zero on, so a subnormal float32/float64 operand acts as a signed zero and a subnormal
+    result becomes one. The kernels here flush their widened operands and every intermediate whose
+    flush can change a later NaN, Inf or zero (variance + epsilon, means, products, sums). float16 values
+    widen to normal float32s, so only bfloat16 (widened bit for bit) and float32/float64 are affected."""
+    out = tuple(_flush(a) for a in arrays)
+    return out if len(out) > 1 else out[0]
+
+
 def _ieee(kernel):
     """Run ``kernel`` with NumPy's floating-point warnings off: NaN, Inf and overflow follow IEEE rules
     exactly as in TF (a negative variance gives NaN, Inf - Inf gives NaN), which is intended, not an error."""
@@ -165,28 +176,31 @@ def forward(op, formats, x, scale, offset, mean, variance, epsilon, exponential_
         return np.empty(x.shape, x.dtype), nan, nan.copy(), zeros, zeros.copy()
 
     rows, restore = to_rows(x.astype(ct), axis)
+    rows, scale, offset, eps = _ftz(rows, scale, offset, eps)
     if not is_training:
         est_mean, est_var = mean.astype(ct), variance.astype(ct)
-        k = rsqrt(est_var + eps) * scale  # once per channel
-        y = (rows - est_mean) * k + offset
-        # TF's Eigen kernel leaves reserve_space_1/2 unwritten; they get the given statistics here.
+        k = _ftz(rsqrt(_ftz(_ftz(est_var) + eps)) * scale)  # once per channel
+        y = _ftz(_ftz(_ftz(rows - _ftz(est_mean)) * k) + offset)
+        # TF copies the given statistics to batch_mean/batch_variance (a copy, so unflushed); its Eigen
+        # kernel leaves reserve_space_1/2 unwritten and they get the same statistics here.
         return restore(y).astype(x.dtype), est_mean.copy(), est_var.copy(), est_mean.copy(), est_var.copy()
 
     r = rows.shape[0]
     inv = ct(1) / ct(r)
-    batch_mean = column_sum(rows) * inv
-    centered = rows - batch_mean
-    batch_var = column_sum(centered * centered) * inv  # two-pass, biased
-    k = rsqrt(batch_var + eps) * scale
-    y = centered * k + offset
+    batch_mean = _ftz(_ftz(column_sum(rows)) * inv)
+    centered = _ftz(rows - batch_mean)
+    batch_var = _ftz(_ftz(column_sum(_ftz(centered * centered))) * inv)  # two-pass, biased
+    k = _ftz(rsqrt(_ftz(batch_var + eps)) * scale)
+    y = _ftz(_ftz(centered * k) + offset)
     bessel = ct(r) / ct(max(r - 1, 1))
     if f == 1.0:
-        running_mean, running_var = batch_mean, batch_var * bessel
+        running_mean, running_var = batch_mean, _ftz(batch_var * bessel)
     else:
         f = ct(f)
         keep = ct(1) - f
-        running_mean = keep * mean.astype(ct) + f * batch_mean
-        running_var = keep * variance.astype(ct) + (f * bessel) * batch_var
+        mean, variance = _ftz(mean.astype(ct), variance.astype(ct))
+        running_mean = _ftz(_ftz(keep * mean) + _ftz(f * batch_mean))
+        running_var = _ftz(_ftz(keep * variance) + _ftz(_ftz(f * bessel) * batch_var))
     return restore(y).astype(x.dtype), running_mean, running_var, batch_mean.copy(), batch_var.copy()
 
 
@@ -217,27 +231,28 @@ def backward(op, formats, y_backprop, x, scale, reserve_space_1, reserve_space_2
     if x.size == 0:
         return (np.empty(x.shape, x.dtype), np.zeros(channels, ct), np.zeros(channels, ct)) + spare
 
-    scale, saved_mean, saved_var = scale.astype(ct), saved_mean.astype(ct), saved_var.astype(ct)
-    eps = ct(epsilon)
-    dys, _ = to_rows(dy.astype(ct), axis)
+    scale, saved_mean, saved_var = _ftz(scale.astype(ct), saved_mean.astype(ct), saved_var.astype(ct))
+    eps = _ftz(ct(epsilon))
+    raw_dys, _ = to_rows(dy.astype(ct), axis)
     rows, restore = to_rows(x.astype(ct), axis)
+    dys, rows = _ftz(raw_dys, rows)
     r = rows.shape[0]
+    c0 = _ftz(rsqrt(_ftz(saved_var + eps)))
+    centered = _ftz(rows - saved_mean)
+    offset_backprop = _ftz(sequential_sum(dys))
+    if r == 1:
+        offset_backprop = raw_dys[0].copy()  # TF's sum over a single row is a copy: nothing is flushed
     if is_training:
         # reserve_space_1/2 are the batch mean and the biased batch variance of the forward pass.
-        c0 = rsqrt(saved_var + eps)
-        centered = rows - saved_mean
-        scale_backprop = sequential_sum(dys * (centered * c0))
-        offset_backprop = sequential_sum(dys)
-        dy_mean = offset_backprop * (ct(1) / ct(r))
-        m = sequential_sum(dys * centered) / ct(r)  # TF divides here but multiplies by 1/R above
-        coef1 = scale * c0
-        coef2 = (c0 * c0) * m
-        dx = coef1 * ((dys - dy_mean) - centered * coef2)
+        scale_backprop = _ftz(sequential_sum(_ftz(dys * _ftz(centered * c0))))
+        dy_mean = _ftz(_ftz(sequential_sum(dys)) * (ct(1) / ct(r)))
+        m = _ftz(_ftz(sequential_sum(_ftz(dys * centered))) / ct(r))  # TF divides here but multiplies by 1/R above
+        coef1 = _ftz(scale * c0)
+        coef2 = _ftz(_ftz(c0 * c0) * m)
+        dx = _ftz(coef1 * _ftz(_ftz(dys - dy_mean) - _ftz(centered * coef2)))
     else:
         # "Freeze" gradient: the statistics are constants, y is affine in x.
-        offset_backprop = sequential_sum(dys)
-        s1 = rsqrt(saved_var + eps)
-        s2 = sequential_sum(dys * (rows - saved_mean))
-        dx = dys * (s1 * scale)
-        scale_backprop = s2 * s1
+        s2 = _ftz(sequential_sum(_ftz(dys * centered)))
+        dx = _ftz(dys * _ftz(c0 * scale))
+        scale_backprop = _ftz(s2 * c0)
     return (restore(dx).astype(x.dtype), scale_backprop, offset_backprop) + spare

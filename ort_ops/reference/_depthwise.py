@@ -15,6 +15,7 @@ import dataclasses
 
 import numpy as np
 
+from ort_ops.reference._fake_quant import flush as _flush
 from ort_ops.spec import OpError
 from ort_ops.specs.depthwise import check_attrs, output_size, spatial_axes
 
@@ -197,9 +198,24 @@ def check_output_size(op, shape, dtype):
         raise OpError(op, f"output of shape {shape_str(shape)} is too large to allocate")
 
 
+def _ftz(a):
+    """TF's denormal mode (docs/semantics.md section 4): its CPU kernels run with denormals-are-zero and
+    flush-to-zero on, so a subnormal operand (float32, float64, or a bfloat16 widened bit for bit) acts
+    as a signed zero and a subnormal product or sum becomes one. float16 values widen to normal float32s.
+    Applied to the widened operands, to each tap's product and to each accumulation (a running sum by
+    cumsum is flushed at its end: a partial sum of flushed terms turns subnormal only by an exact
+    cancellation of values below 2 * the smallest normal)."""
+    return _flush(a)
+
+
 def _round_to(acc_region, dtype):
     """Round a float32 accumulator region to T (float16/bfloat16) in place, as TF does after every tap."""
     acc_region[...] = acc_region.astype(dtype).astype(np.float32)
+
+
+def _accumulate(region, term):
+    """region += term in place, with the product-sum flushed as TF's mode does."""
+    region[...] = _ftz(region + _ftz(term))
 
 
 def forward(x, w, g: Geometry):
@@ -208,7 +224,8 @@ def forward(x, w, g: Geometry):
     acc_t = accumulator_dtype(dtype)
     acc = np.zeros((g.batch, g.out_rows, g.out_cols, g.depth, g.multiplier), acc_t)
     if acc.size:
-        wt = w.astype(acc_t)
+        wt = _ftz(w.astype(acc_t))
+        xt = _ftz(x.astype(acc_t))
         for r in range(g.filter_rows):
             for s in range(g.filter_cols):
                 where = g.tap_slices(r, s)
@@ -217,7 +234,7 @@ def forward(x, w, g: Geometry):
                 out_r, out_c, in_r, in_c = where
                 region = acc[:, out_r, out_c]
                 # product rounded, then sum rounded: no fused multiply-add, as TF's x86 wheels
-                region += x[:, in_r, in_c, :, None].astype(acc_t) * wt[r, s]
+                _accumulate(region, xt[:, in_r, in_c, :, None] * wt[r, s])
                 if acc_t != dtype:
                     _round_to(region, dtype)
     return acc.reshape(g.batch, g.out_rows, g.out_cols, g.depth * g.multiplier).astype(dtype)
@@ -242,15 +259,15 @@ def _sum_over_multiplier(a, dtype):
     full = width * (m_count // width)
     for b in range(0, full, width):
         v = a[..., b : b + width]
-        h = v[..., 0:4] + v[..., 4:8] if width == 8 else v
-        block = (h[..., 0] + h[..., 2]) + (h[..., 1] + h[..., 3])
+        h = _ftz(v[..., 0:4] + v[..., 4:8]) if width == 8 else v
+        block = _ftz(_ftz(h[..., 0] + h[..., 2]) + _ftz(h[..., 1] + h[..., 3]))
         if low:
             block = block.astype(dtype).astype(np.float32)
-        acc = acc + block
+        acc = _ftz(acc + block)
         if low:
             acc = acc.astype(dtype).astype(np.float32)
     for m in range(full, m_count):
-        acc = acc + a[..., m]
+        acc = _ftz(acc + a[..., m])
         if low:
             acc = acc.astype(dtype).astype(np.float32)
     return acc
@@ -262,8 +279,8 @@ def backprop_input(w, dy, g: Geometry):
     acc_t = accumulator_dtype(dtype)
     a = np.zeros((g.batch, g.in_rows, g.in_cols, g.depth, g.multiplier), acc_t)
     if a.size and dy.size:
-        dy5 = dy.reshape(g.batch, g.out_rows, g.out_cols, g.depth, g.multiplier).astype(acc_t)
-        wt = w.astype(acc_t)
+        dy5 = _ftz(dy.reshape(g.batch, g.out_rows, g.out_cols, g.depth, g.multiplier).astype(acc_t))
+        wt = _ftz(w.astype(acc_t))
         for r in range(g.filter_rows):
             for s in range(g.filter_cols):
                 where = g.tap_slices(r, s)
@@ -273,7 +290,7 @@ def backprop_input(w, dy, g: Geometry):
                 # each input position receives at most one term per tap, so this is a per-element
                 # running sum in ascending tap order
                 region = a[:, in_r, in_c]
-                region += dy5[:, out_r, out_c] * wt[r, s]
+                _accumulate(region, dy5[:, out_r, out_c] * wt[r, s])
                 if acc_t != dtype:
                     _round_to(region, dtype)
     return _sum_over_multiplier(a, dtype).astype(dtype)
@@ -286,14 +303,15 @@ def backprop_filter(x, dy, g: Geometry):
     cm = g.depth * g.multiplier
     dw = np.zeros((g.filter_rows, g.filter_cols, cm), acc_t)
     if dw.size and dy.size:
-        dy4 = dy.reshape(g.batch, g.out_rows, g.out_cols, g.depth, g.multiplier).astype(acc_t)
+        dy4 = _ftz(dy.reshape(g.batch, g.out_rows, g.out_cols, g.depth, g.multiplier).astype(acc_t))
+        xt = _ftz(x.astype(acc_t))
         for r in range(g.filter_rows):
             for s in range(g.filter_cols):
                 where = g.tap_slices(r, s)
                 if where is None:
                     continue
                 out_r, out_c, in_r, in_c = where
-                products = (dy4[:, out_r, out_c] * x[:, in_r, in_c, :, None].astype(acc_t)).reshape(g.batch, -1, cm)
+                products = _ftz(dy4[:, out_r, out_c] * xt[:, in_r, in_c, :, None]).reshape(g.batch, -1, cm)
                 dw[r, s] = _sequential_sum_per_batch(products, dtype)
     return dw.reshape(g.filter_rows, g.filter_cols, g.depth, g.multiplier).astype(dtype)
 
@@ -306,14 +324,14 @@ def _sequential_sum_per_batch(products, dtype):
     float16/bfloat16 round the running sum to T after every addition, which needs an explicit loop.
     """
     if not is_low_precision(dtype):
-        per_batch = np.cumsum(products, axis=1)[:, -1]
-        return np.cumsum(per_batch + 0, axis=0)[-1] + 0
+        per_batch = _ftz(np.cumsum(products, axis=1)[:, -1])
+        return _ftz(np.cumsum(per_batch + 0, axis=0)[-1] + 0)
     buf = np.zeros((products.shape[0], products.shape[2]), np.float32)
     for p in range(products.shape[1]):
-        buf = (buf + products[:, p]).astype(dtype).astype(np.float32)
+        buf = _ftz(buf + products[:, p]).astype(dtype).astype(np.float32)
     total = np.zeros(products.shape[2], np.float32)
     for b in range(products.shape[0]):
-        total = (total + buf[b]).astype(dtype).astype(np.float32)
+        total = _ftz(total + buf[b]).astype(dtype).astype(np.float32)
     return total
 
 

@@ -148,6 +148,36 @@ def forward_cases(op):
         cases.append(forward_case(b, op, F16, (2, 2, 3, 2), 5, "NCDHW", False, 1.0, "5-D NCDHW inference"))
         cases.append(forward_case(b, op, F32, (2, 3, 3), 3, "NCDHW", True, 1.0, "4-D x with NCDHW is NCHW"))
     cases += forward_error_cases(b, op)
+    cases += forward_denormal_cases(op)
+    return cases
+
+
+def _full(shape, values, dtype=F32):
+    return np.resize(np.asarray(values, np.float32), shape).astype(dtype)
+
+
+def _tiny(dtype):
+    """A subnormal of dtype: bfloat16 (widened bit for bit) is flushed like float32; float16 is not."""
+    return {F32.name: 1e-45, F16.name: 6e-8, BF16.name: 1e-40}[dtype.name]
+
+
+def forward_denormal_cases(op):
+    """Issue 11: TF's kernels compute with denormals-are-zero and flush-to-zero on."""
+    cases = []
+    dtypes = (F32,) if FORWARD[op] == 1 else (F32, F16, BF16)
+    for dtype in dtypes:
+        c = 2
+        attrs = {"epsilon": 0.0, "exponential_avg_factor": 1.0, "data_format": "NHWC", "is_training": False}
+        # variance 1e-45 is 0: rsqrt gives inf (not 2.7e22)
+        inputs = [_full((1, 1, 2, c), [1.0, -2.0], dtype), _full(c, 1.0), _full(c, 0.0), _full(c, 0.0), _full(c, 1e-45)]
+        cases.append({"attrs": attrs, "inputs": inputs, "note": f"issue 11: {dtype.name} inference, epsilon 0, subnormal variance"})
+        # a subnormal x times an infinite scale: NaN when x is flushed, -inf when it is not (float16)
+        inputs = [_full((1, 1, 2, c), [-_tiny(dtype), 1.0], dtype), _full(c, np.inf), _full(c, 0.0), _full(c, 0.0), _full(c, 1.0)]
+        cases.append({"attrs": dict(attrs, epsilon=EPSILON), "inputs": inputs, "note": f"issue 11: {dtype.name} inference, subnormal x, infinite scale"})
+        # training: the squared deviations 1e-40 are flushed, so the variance is 0 and y is +-inf
+        inputs = [_full((1, 1, 2, c), [1e-20, -1e-20], dtype), _full(c, 1.0), _full(c, 0.0), _full(c, 0.0), _full(c, 1.0)]
+        cases.append({"attrs": dict(attrs, is_training=True), "inputs": inputs,
+                      "note": f"issue 11: {dtype.name} training, epsilon 0, squared deviations below the normal range"})
     return cases
 
 
@@ -199,6 +229,27 @@ def grad_cases(op):
         cases.append(grad_case(b, op, F32, (2, 3, 3), 4, "NHWC", True, "reserve_space_3 of any shape is ignored",
                                rs3=b.tensor((2, 5))))
     cases += grad_error_cases(b, op)
+    cases += grad_denormal_cases(op)
+    return cases
+
+
+def grad_denormal_cases(op):
+    """Issue 11: denormals-are-zero on dy and the saved variance; a one-row offset_backprop is a copy."""
+    cases = []
+    dtypes = (F32,) if GRADIENT[op] == 1 else (F32, F16, BF16)
+    for dtype in dtypes:
+        for rows in (1, 2):
+            for is_training in (False, True):
+                shape = (rows, 1, 1, 2)
+                inputs = [_full(shape, [_tiny(dtype), -1.0], dtype), _full(shape, [1.0, 3.0, -1.0, 2.0], dtype),
+                          _full(2, 1.0), _full(2, 0.0), _full(2, [1e-45, 1.0])]
+                if GRADIENT[op] == 3:
+                    inputs.append(np.zeros((), np.float32))
+                # epsilon as elsewhere (0 would hide in tests that drop it); the subnormal variance then
+                # does not show, the subnormal dy does (and in offset_backprop for R == 1, unflushed)
+                attrs = {"epsilon": EPSILON, "data_format": "NHWC", "is_training": is_training}
+                note = f"issue 11: {dtype.name} subnormal dy and saved variance, R={rows}, is_training={is_training}"
+                cases.append({"attrs": attrs, "inputs": inputs, "note": note})
     return cases
 
 

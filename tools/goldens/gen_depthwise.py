@@ -40,7 +40,7 @@ from golden_io import load_cases, save_cases  # noqa: E402
 
 OPS = ("DepthwiseConv2dNative", "DepthwiseConv2dNativeBackpropInput", "DepthwiseConv2dNativeBackpropFilter")
 FWD, BPI, BPF = OPS
-ORACLES = ("eigen", "onednn", "s2b")
+ORACLES = ("eigen", "onednn", "s2b", "denormals")  # appended last, so earlier cases keep their places
 
 
 def _dtypes():
@@ -82,7 +82,7 @@ class Generator:
 
         self.tf = tf
         self.oracle = oracle
-        self.rng = np.random.default_rng({"eigen": 11, "onednn": 12, "s2b": 13}[oracle])
+        self.rng = np.random.default_rng({"eigen": 11, "onednn": 12, "s2b": 13, "denormals": 14}[oracle])
         self.cases = {op: [] for op in OPS}
         # Only the Eigen oracle's rejections are stored: under oneDNN, TF still rejects some inputs this project
         # accepts on purpose (NCHW backprops with EXPLICIT padding fall back to Eigen, which is NHWC only).
@@ -287,6 +287,36 @@ class Generator:
                                             "outputs": [lay(dx)], "note": note})
                     self.cases[BPF].append({"attrs": attrs, "inputs": [xi, np.array(w.shape, np.int32), dyi],
                                             "outputs": [dwt], "note": note})
+
+
+    # ---- issue 11: TF's denormal mode (Eigen kernels) -------------------------------------------------------
+    def denormals(self):
+        """Subnormal operands act as signed zeros (so -tiny * inf is NaN, not -inf) and subnormal products
+        become zeros, for float32, float64 and bfloat16; float16 subnormals widen to normal float32s and
+        are not flushed. One tap and M == 1, then 2x2 taps with M == 2 (the sum over the multiplier)."""
+        attrs = {"strides": [1, 1, 1, 1], "padding": "VALID", "explicit_paddings": [], "data_format": "NHWC",
+                 "dilations": [1, 1, 1, 1]}
+        for dtype in _dtypes():
+            tiny = {"float32": 1e-45, "float64": 5e-324, "float16": 6e-8, "bfloat16": 1e-40}[dtype.name]
+            small = {"float32": 1e-20, "float64": 1e-160, "float16": 1e-3, "bfloat16": 1e-20}[dtype.name]
+            pairs = [(-tiny, np.inf, "-subnormal * inf")]
+            if dtype.name != "float16":  # float16 products land in float32's normal range
+                pairs.append((small, small, "a product below the normal range"))
+            for a, b, what in pairs:
+                x = np.full((1, 1, 1, 1), a, np.float64).astype(dtype)
+                w = np.full((1, 1, 1, 1), b, np.float64).astype(dtype)
+                self.conv_triplet(x, w, attrs, f"{dtype.name} {what}", dtype, backprops=False)
+                self.add(BPI, [np.array(x.shape, np.int32), w, x], attrs, f"{dtype.name} {what}")
+                self.add(BPF, [x, np.array(w.shape, np.int32), w], attrs, f"{dtype.name} {what}")
+            # finite (an infinite tap meets the kernels' padding, a separate, documented matter)
+            big = 6e4 if dtype.name == "float16" else 1e30
+            x = np.array([tiny, -tiny, small, 1.0, -tiny, 2.0, small, -small], np.float64).reshape(1, 2, 2, 2).astype(dtype)
+            w = np.array([big, 1.0, small, -big, 1.0, small, 3.0, 0.5] * 2, np.float64).reshape(2, 2, 2, 2).astype(dtype)
+            dy = np.array([small, -tiny, big, 1.0], np.float64).reshape(1, 1, 1, 4).astype(dtype)
+            note = f"{dtype.name} mixed subnormal, tiny and large values, 2x2 taps, M=2"
+            self.add(FWD, [x, w], attrs, note)
+            self.add(BPI, [np.array(x.shape, np.int32), w, dy], attrs, note)
+            self.add(BPF, [x, np.array(w.shape, np.int32), dy], attrs, note)
 
 
 def child(oracle, out_dir):

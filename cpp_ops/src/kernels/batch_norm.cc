@@ -360,6 +360,10 @@ void Grad(const Layout& l, const T* dy, const T* x, const float* scale, const fl
     }
     ElementwiseUnary(l, dy, dx, [&](i64 c, float g) { return g * k[c]; }, par);
   }
+  // TF's sum over a single row is a copy, so denormals-are-zero does not touch offset_backprop then.
+  if (R == 1) {
+    for (i64 c = 0; c < C; ++c) doffset[c] = DY[c];
+  }
 }
 
 #define TFOPS_BATCH_NORM_INSTANTIATE(T)                                                                        \

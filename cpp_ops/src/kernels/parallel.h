@@ -4,11 +4,18 @@
 // task(i) for every i in [0, num_tasks). How the tasks are spread over threads must never
 // change a result: kernels choose task boundaries from the problem shape alone (never from
 // the thread count), so outputs are bit-identical for any number of threads.
+//
+// Every task runs with TensorFlow's denormal mode (flush-to-zero and denormals-are-zero, see
+// simd.h): TF's executor and its thread pools hold that mode for every CPU kernel, the MXCSR state
+// is per thread, and ONNX Runtime's pool threads do not set it. The serial path runs on the thread
+// of the kernel's Compute, which op_base.h puts in that mode for the kernel's duration.
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+
+#include "kernels/simd.h"
 
 namespace tfops {
 
@@ -28,7 +35,10 @@ class Parallel {
       for (std::size_t i = 0; i < num_tasks; ++i) task(i);
       return;
     }
-    auto trampoline = [](void* arg, std::size_t i) { (*static_cast<F*>(arg))(i); };
+    auto trampoline = [](void* arg, std::size_t i) {
+      ScopedFlushDenormals flush;
+      (*static_cast<F*>(arg))(i);
+    };
     runner_(pool_, trampoline, &task, num_tasks);
   }
 

@@ -36,6 +36,7 @@
 
 #include "kernels/half.h"
 #include "kernels/parallel.h"
+#include "kernels/simd.h"
 
 namespace tfops {
 namespace ort {
@@ -249,6 +250,9 @@ class CustomOp : public OrtCustomOp {
     OrtCustomOp::KernelComputeV2 = [](void* kernel, OrtKernelContext* context) -> OrtStatusPtr {
       const Kernel* self = static_cast<const Kernel*>(kernel);
       try {
+        // TF computes every CPU kernel with flush-to-zero and denormals-are-zero on (simd.h); the
+        // caller's mode comes back when this returns or throws.
+        tfops::ScopedFlushDenormals flush;
         KernelContext ctx(context);
         self->op.Compute(ctx);
         return nullptr;
