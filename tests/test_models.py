@@ -5,6 +5,7 @@ Runs the main job's functions (models.run_all) per model and lowering instead of
 from __future__ import annotations
 
 import fnmatch
+import re
 import sys
 from pathlib import Path
 
@@ -164,6 +165,8 @@ def test_train_step_updates_are_outputs(name):
     expected = run_all.variable_update_expectations(model, tf_run, result)
     assert not result.error and set(expected) >= changed
     # The wrong answer (the value before the step) must fail the comparison the main job applies.
-    for var in sorted(changed)[:4]:
-        stale = run_all.compare(example, var, tf_run.variables_after[var], tf_run.variables_before[var])
-        assert not stale.ok, var
+    judged = [v for v in sorted(changed) if not (example.not_judged and re.search(example.not_judged, v))]
+    assert any(v.endswith("moving_mean") for v in judged)
+    for var in judged:
+        before, after = tf_run.variables_before[var], tf_run.variables_after[var]
+        assert not run_all.compare_update(example, var, before, after, before).ok, var
