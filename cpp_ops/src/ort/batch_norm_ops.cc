@@ -57,7 +57,7 @@ class BatchNormForward {
 
   static void InferShapes(ShapeInference& ctx) {
     const TypeShape x = ctx.Input(0);
-    ctx.SetOutput(0, x);
+    ctx.SetOutputLike(0, x);
     const std::string fmt = ctx.String("data_format", "NHWC");
     for (std::size_t i = 1; i <= 4; ++i) SetVector(ctx, i, x, fmt);
     if (kVersion == 3) ctx.SetOutput(5, kFloat, Shape{});
@@ -96,7 +96,7 @@ class BatchNormGrad {
 
   static void InferShapes(ShapeInference& ctx) {
     const TypeShape x = ctx.Input(1);
-    ctx.SetOutput(0, x);
+    ctx.SetOutputLike(0, x);
     const std::string fmt = ctx.String("data_format", "NHWC");
     SetVector(ctx, 1, x, fmt);
     SetVector(ctx, 2, x, fmt);

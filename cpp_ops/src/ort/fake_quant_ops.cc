@@ -65,7 +65,7 @@ int64_t RequireChannelRanges(const Tensor& inputs, const Tensor& min, const Tens
 void SameShapeAs(ShapeInference& ctx, std::size_t input, std::size_t output) {
   TypeShape ts = ctx.Input(input);
   ts.type = kFloat;
-  ctx.SetOutput(output, ts);
+  ctx.SetOutputLike(output, ts);
 }
 
 class FakeQuantWithMinMaxArgs {

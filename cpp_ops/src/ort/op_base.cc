@@ -320,6 +320,11 @@ void ShapeInference::SetOutput(std::size_t index, const TypeShape& ts) {
   Check(api.ShapeInferContext_SetOutputTypeShape(context_, index, info.info));
 }
 
+void ShapeInference::SetOutputLike(std::size_t index, const TypeShape& input) {
+  if (input.rank() == 0) return;
+  SetOutput(index, input);
+}
+
 void ShapeInference::SetOutput(std::size_t index, ONNXTensorElementDataType type, const Shape& dims) {
   TypeShape ts;
   ts.type = type;

@@ -190,6 +190,10 @@ class ShapeInference {
   TypeShape Input(std::size_t index) const;
   void SetOutput(std::size_t index, const TypeShape& type_shape);
   void SetOutput(std::size_t index, ONNXTensorElementDataType type, const Shape& dims);
+  // An output shaped like `input` (its type as given in `input.type`). ORT's C API reports an input of
+  // unknown rank as rank 0, the same as a scalar, so a rank-0 input leaves the output's shape to ORT
+  // (unknown rank in, unknown rank out) rather than claiming a scalar.
+  void SetOutputLike(std::size_t index, const TypeShape& input);
 
   // Attributes as in KernelAttributes (defaults when absent or unreadable: the kernel reports those).
   int64_t Int(const char* name, int64_t default_value) const;

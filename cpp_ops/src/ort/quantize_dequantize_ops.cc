@@ -77,7 +77,9 @@ void RunForward(KernelContext& ctx, const Tensor& x, const Tensor& mn, const Ten
   QuantizeDequantize<T>(x.Data<T>(), y, ChannelView(x, axis), mn.Data<T>(), mx.Data<T>(), options, ctx.parallel());
 }
 
-void SameShapeAs(ShapeInference& ctx, std::size_t input, std::size_t output) { ctx.SetOutput(output, ctx.Input(input)); }
+void SameShapeAs(ShapeInference& ctx, std::size_t input, std::size_t output) {
+  ctx.SetOutputLike(output, ctx.Input(input));
+}
 
 // V2 and V4 are the same TF kernel class.
 template <typename T, const char* kOpName>
