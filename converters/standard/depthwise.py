@@ -18,7 +18,7 @@ from onnx import TensorProto
 
 from converters.standard._builder import Lowering
 from ort_ops.spec import OpError
-from ort_ops.specs.depthwise import check_attrs, output_size
+from ort_ops.specs.depthwise import check_attrs, output_size, output_size_message
 
 FLOAT = TensorProto.FLOAT
 CAST_TYPES = {TensorProto.FLOAT16, TensorProto.BFLOAT16}
@@ -112,6 +112,9 @@ def _sizes(lw: Lowering, index: int, label: str):
         lw.fail(f"{label} must have 4 entries, got {value.shape[0]}")
     if any(v < 0 for v in value):
         lw.fail(f"{label} entries must be >= 0")
+    message = output_size_message(value, label)  # the library's size cap, as in the kernels
+    if message:
+        lw.fail(message)
     return [int(v) for v in value]
 
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from ort_ops.reference._fake_quant import flush as _flush
 from ort_ops.spec import OpError
-from ort_ops.specs.depthwise import check_attrs, output_size, spatial_axes
+from ort_ops.specs.depthwise import check_attrs, output_size, output_size_message, spatial_axes
 
 FORWARD = "DepthwiseConv2dNative"
 BACKPROP_INPUT = "DepthwiseConv2dNativeBackpropInput"
@@ -31,8 +31,11 @@ SIZES_LABELS = {BACKPROP_INPUT: ("Conv2DBackpropInput", "input_sizes"), BACKPROP
 FLOAT_TYPES = ("float16", "bfloat16", "float32", "float64")
 INT32_MAX = 2**31 - 1
 # Refuse outputs beyond this many bytes with a clear error instead of a MemoryError deep in NumPy.
-MAX_OUTPUT_BYTES = 1 << 36
-
+SIZE_SOURCES = {  # what the output's shape is computed from, for the size cap's message
+    FORWARD: "input, filter and attributes",
+    BACKPROP_INPUT: "input_sizes",
+    BACKPROP_FILTER: "filter_sizes",
+}
 
 def shape_str(shape) -> str:
     """A shape the way TF's TensorShape::DebugString prints it: ``[4,4,2]``."""
@@ -191,11 +194,10 @@ def check_sizes_vector(op, sizes):
 
 
 def check_output_size(op, shape, dtype):
-    elements = 1
-    for d in shape:
-        elements *= d
-    if elements * np.dtype(dtype).itemsize > MAX_OUTPUT_BYTES:
-        raise OpError(op, f"output of shape {shape_str(shape)} is too large to allocate")
+    """The library's size cap (ort_ops/specs/depthwise.py): an error naming the input the shape comes from."""
+    message = output_size_message(shape, SIZE_SOURCES[op])
+    if message:
+        raise OpError(op, message)
 
 
 def _ftz(a):

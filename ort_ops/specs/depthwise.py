@@ -2,6 +2,24 @@
 from ort_ops.spec import BFLOAT16, DOUBLE, FLOAT, FLOAT16, INT32, REQUIRED, Attr, OpError, OpSpec, Param, snake_case
 
 FAMILY = "depthwise"
+
+# The library's size cap (docs/semantics.md section 4.5), one for the NumPy kernels, the C++ library
+# (cpp_ops/src/kernels/depthwise.h, kMaxOutputElements), these shape functions and the standard lowering:
+# no output of more than 2^31 elements (8 GiB of float32, 16 GiB of float64), far beyond any real depthwise
+# layer. The backprops' output shapes come from input values (input_sizes, filter_sizes), the forward's from
+# the shapes and the padding attributes; a bad value gets this error instead of an allocation failure.
+MAX_OUTPUT_ELEMENTS = 1 << 31
+
+
+def output_size_message(shape, source: str):
+    """The cap's message for an output of ``shape`` computed from ``source``, or None within the cap."""
+    elements = 1
+    for d in shape:
+        elements *= int(d)
+    if elements <= MAX_OUTPUT_ELEMENTS:
+        return None
+    dims = "[" + ",".join(str(int(d)) for d in shape) + "]"
+    return f"output of shape {dims} (from {source}) is too large to allocate: more than 2^31 elements, this library's cap for one output"
 TYPES = {"T": (FLOAT16, BFLOAT16, FLOAT, DOUBLE)}
 KERNELS = tuple({"T": t} for t in (FLOAT, DOUBLE, FLOAT16, BFLOAT16))
 
@@ -157,6 +175,9 @@ def _sizes_shape(op, label, index):
         if sizes.size != 4:
             what = "input" if "Input" in op else "filter"
             raise OpError(op, f"{name} has {sizes.size} values: {depthwise_label}: {what} must be 4-dimensional")
+        message = output_size_message(sizes, name)
+        if message:
+            raise OpError(op, message)
         return [tuple(int(v) for v in sizes)]
 
     return fn

@@ -148,7 +148,7 @@ std::string FinishGeometry(const Attrs& a, const Window& w, i64 n, i64 h, i64 wd
   err = OutputSize("cols", wd, kw, w.stride, w.dil_w, a.padding, w.pad_w, &g->out_cols, &g->pad_left);
   if (!err.empty()) return err;
   // Sizes built from input_sizes/filter_sizes are not bounded by any tensor here: callers check the
-  // tensor they allocate with CheckOutputBytes (which cannot overflow) before running a kernel.
+  // tensor they allocate with CheckOutputSize (which cannot overflow) before running a kernel.
   return "";
 }
 
@@ -363,14 +363,17 @@ std::vector<i64> Geometry::OutputShape() const {
               : std::vector<i64>{batch, out_rows, out_cols, out_depth};
 }
 
-std::string CheckOutputBytes(const std::vector<i64>& shape, std::size_t item_size) {
-  // Same limit as the NumPy kernels: a clear error instead of an allocation failure.
-  constexpr i64 kMaxBytes = i64{1} << 36;
-  i64 bytes = static_cast<i64>(item_size);
+std::string CheckOutputSize(const std::vector<i64>& shape, const char* source) {
+  i64 elements = 1;
   for (i64 d : shape) {
     if (d == 0) return "";
-    if (d < 0 || bytes > kMaxBytes / d) return "output of shape " + ShapeString(shape) + " is too large to allocate";
-    bytes *= d;
+  }
+  for (i64 d : shape) {
+    if (d < 0 || elements > kMaxOutputElements / d) {
+      return "output of shape " + ShapeString(shape) + " (from " + source +
+             ") is too large to allocate: more than 2^31 elements, this library's cap for one output";
+    }
+    elements *= d;
   }
   return "";
 }

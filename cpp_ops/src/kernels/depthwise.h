@@ -49,10 +49,12 @@ struct Geometry {
 // Checks strides/padding/dilations/data_format (messages as TF's). Empty string when valid.
 std::string CheckAttrs(const Attrs& attrs);
 
-// The NumPy kernels' allocation limit: an error for outputs of more than 2^36 bytes. The
-// backprops' output shapes come from input_sizes/filter_sizes values: call this on the shape to be
-// allocated before running a kernel (it is what keeps every size product far from overflow).
-std::string CheckOutputBytes(const std::vector<std::int64_t>& shape, std::size_t item_size);
+// The library's size cap, the same as the NumPy kernels' (docs/semantics.md section 4.5): an error for
+// outputs of more than 2^31 elements. The backprops' output shapes come from input_sizes/filter_sizes
+// values (`source` names the input for the message): call this on the shape to be allocated before
+// running a kernel (it is what keeps every size product far from overflow).
+constexpr std::int64_t kMaxOutputElements = std::int64_t{1} << 31;
+std::string CheckOutputSize(const std::vector<std::int64_t>& shape, const char* source);
 
 // Forward: input [N,H,W,C] (or NCHW), filter [kh,kw,C,M].
 std::string ForwardGeometry(const Attrs& attrs, const std::vector<std::int64_t>& input_shape,

@@ -58,7 +58,7 @@ class DepthwiseForward {
     depthwise::Geometry g;
     ThrowIf(depthwise::ForwardGeometry(attrs_, input.shape, filter.shape, &g));
     const Shape out_shape = g.OutputShape();
-    ThrowIf(depthwise::CheckOutputBytes(out_shape, sizeof(T)));
+    ThrowIf(depthwise::CheckOutputSize(out_shape, "input, filter and attributes"));
     T* out = ctx.Output<T>(0, out_shape);
     depthwise::Forward<T>(g, input.Data<T>(), filter.Data<T>(), out, ctx.parallel());
   }
@@ -90,7 +90,7 @@ class DepthwiseBackpropInput {
     ThrowIf(depthwise::BackpropInputGeometry(attrs_, sizes.shape, sizes.Data<std::int32_t>(), filter.shape, dy.shape,
                                              &g));
     const Shape out_shape = g.InputShape();
-    ThrowIf(depthwise::CheckOutputBytes(out_shape, sizeof(T)));
+    ThrowIf(depthwise::CheckOutputSize(out_shape, "input_sizes"));
     T* out = ctx.Output<T>(0, out_shape);
     depthwise::BackpropInput<T>(g, filter.Data<T>(), dy.Data<T>(), out, ctx.parallel());
   }
@@ -114,7 +114,7 @@ class DepthwiseBackpropFilter {
     ThrowIf(depthwise::BackpropFilterGeometry(attrs_, input.shape, sizes.shape, sizes.Data<std::int32_t>(), dy.shape,
                                               &g));
     const Shape out_shape = g.FilterShape();
-    ThrowIf(depthwise::CheckOutputBytes(out_shape, sizeof(T)));
+    ThrowIf(depthwise::CheckOutputSize(out_shape, "filter_sizes"));
     T* out = ctx.Output<T>(0, out_shape);
     depthwise::BackpropFilter<T>(g, input.Data<T>(), dy.Data<T>(), out, ctx.parallel());
   }
