@@ -4,6 +4,10 @@ Not bit-exact (TF's column sums and its RSQRTPS-based rsqrt have their own round
 formulas in float32: x of half/bfloat16 is cast to float, computed there and cast back as TF does.
 Channels are the last axis (NHWC/NDHWC) or axis 1 (NCHW/NCDHW); per-channel vectors are reshaped to
 broadcast along that axis.
+
+TF's denormal mode (denormals-are-zero, flush-to-zero; docs/semantics.md 0.3) is not emulated: ORT's
+ops compute with subnormals, and flushing every intermediate would multiply the graph. Where it decides
+NaN or Inf (an inference variance of 1e-45 with epsilon 0: TF inf, here 2.7e22) the result differs.
 """
 from __future__ import annotations
 

@@ -10,6 +10,11 @@ stride. Not bit-exact (summation order differs from TF's), within float toleranc
 float32 runs as is; float16/bfloat16 are cast to float32 and back (TF also computes every tap in
 float); float64 cannot be lowered (ONNX Runtime's CPU Conv has no double kernel, and narrowing would
 change the result), so it raises LoweringError.
+
+TF's denormal mode (docs/semantics.md 0.3) is not emulated: ORT's Conv computes with subnormals, so a
+subnormal operand times an infinite one gives +-inf where TF gives NaN, and products below the normal
+range stay subnormal where TF's are zero (within the tolerance otherwise). Outputs beyond the library's
+size cap (2^31 elements, from constant input_sizes/filter_sizes) are a conversion error, as in the kernels.
 """
 from __future__ import annotations
 

@@ -115,9 +115,11 @@ def _forward(name, version, types, kernels, inputs_type, formats):
     return OpSpec(
         name=name,
         family=FAMILY,
-        doc=f"Batch normalization of a 4-D{' or 5-D' if version == 3 else ''} tensor over all dims but the channel dim.",
+        doc="Batch normalization of a 4-D or 5-D tensor over all dims but the channel dim.",
         inputs=(
-            Param("x", "T", "input, NHWC or NCHW" + (" (or NDHWC/NCDHW)" if version == 3 else "")),
+            Param("x", "T", "input, 4-D or 5-D (TF's kernels take both, with oneDNN off or on); the channel dim is the "
+                  "last one for NHWC" + (" and NDHWC" if version == 3 else "") + ", dim 1 for NCHW"
+                  + (" and NCDHW" if version == 3 else "")),
             Param("scale", u, "[C] gamma"),
             Param("offset", u, "[C] beta"),
             Param("mean", u, "[C] population mean; read when is_training=0 or exponential_avg_factor != 1"),
@@ -130,7 +132,7 @@ def _forward(name, version, types, kernels, inputs_type, formats):
             Param("reserve_space_1", u, "the mean the gradient op needs"),
             Param("reserve_space_2", u, "the biased variance the gradient op needs"),
         )
-        + ((Param("reserve_space_3", u, "scalar 0 (unused on CPU)"),) if version == 3 else ()),
+        + ((Param("reserve_space_3", u, "scalar 0 (unused on CPU; see the deviations for its shape)"),) if version == 3 else ()),
         attrs=(EPSILON, AVG_FACTOR, _format_attr(formats), IS_TRAINING),
         type_constraints=types,
         shape_fn=_forward_shape(name, version),
@@ -142,7 +144,9 @@ def _forward(name, version, types, kernels, inputs_type, formats):
             "rsqrt is the correctly rounded 1/sqrt; TF's AVX path uses the RSQRTPS estimate plus a Newton step for the "
             "channels filling whole 8-float packets, which depends on the CPU vendor, so those channels may differ in "
             "the last bits (the rest match bit for bit).",
-        ),
+        )
+        + (("reserve_space_3 is a scalar, the shape TF's Eigen kernel gives; with oneDNN on, TF gives it shape [0]. "
+            "Nothing reads it (the gradient op accepts any shape).",) if version == 3 else ()),
     )
 
 
@@ -161,14 +165,14 @@ def _grad(name, version, types, kernels, stats_type, scale_type, formats):
     return OpSpec(
         name=name,
         family=FAMILY,
-        doc="Gradient of the matching FusedBatchNorm with respect to x, scale and offset.",
+        doc="Gradient of the matching FusedBatchNorm with respect to x, scale and offset; x is 4-D or 5-D.",
         inputs=inputs,
         outputs=(
             Param("x_backprop", "T"),
             Param("scale_backprop", u),
             Param("offset_backprop", u),
-            Param(spare[0], u, "empty, shape [0]"),
-            Param(spare[1], u, "empty, shape [0]"),
+            Param(spare[0], u, "empty, shape [0] (unused; see the deviations)"),
+            Param(spare[1], u, "empty, shape [0] (unused; see the deviations)"),
         ),
         attrs=(EPSILON, _format_attr(formats), IS_TRAINING),
         type_constraints=types,
@@ -181,6 +185,8 @@ def _grad(name, version, types, kernels, stats_type, scale_type, formats):
             "rsqrt is the correctly rounded 1/sqrt; TF's AVX path uses the RSQRTPS estimate plus a Newton step for the "
             "channels filling whole 8-float packets, so those channels may differ in the last bits (the rest match "
             "bit for bit).",
+            f"{spare[0]} and {spare[1]} have shape [0], the shape TF's Eigen kernel gives; with oneDNN on, TF gives "
+            "them as scalars. Nothing reads them.",
         ),
     )
 
