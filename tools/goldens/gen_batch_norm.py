@@ -250,6 +250,13 @@ def grad_denormal_cases(op):
                 attrs = {"epsilon": EPSILON, "data_format": "NHWC", "is_training": is_training}
                 note = f"issue 11: {dtype.name} subnormal dy and saved variance, R={rows}, is_training={is_training}"
                 cases.append({"attrs": attrs, "inputs": inputs, "note": note})
+    # epsilon 0 once (float32): the saved variance 1e-45 is 0, so rsqrt gives inf and dx is +-inf, not 2.7e22 * dy
+    inputs = [_full((2, 1, 1, 2), [1.0, -1.0, -2.0, 0.5]), _full((2, 1, 1, 2), [1.0, 3.0, -1.0, 2.0]),
+              _full(2, 1.0), _full(2, 0.0), _full(2, [1e-45, 1.0])]
+    if GRADIENT[op] == 3:
+        inputs.append(np.zeros((), np.float32))
+    attrs = {"epsilon": 0.0, "data_format": "NHWC", "is_training": False}
+    cases.append({"attrs": attrs, "inputs": inputs, "note": "issue 11: float32 inference, epsilon 0, subnormal saved variance"})
     return cases
 
 
