@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 from onnx import TensorProto
+from onnx import helper as onnx_helper
 
 from converters.standard._builder import NP_TYPES, Lowering
 from ort_ops.specs.quantize_dequantize import axis_rank_message
 
-SUPPORTED = (TensorProto.FLOAT, TensorProto.DOUBLE)  # the only types TF has CPU kernels for
+SUPPORTED = (TensorProto.FLOAT, TensorProto.DOUBLE)
+NP_TO_ONNX = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float64): TensorProto.DOUBLE}  # the only types TF has CPU kernels for
 
 
 def _element_type(lw: Lowering, indices):
@@ -104,14 +106,75 @@ def quantize_dequantize(lw, x, mn, mx, min_q, max_q, np_type, range_given: bool,
 
 
 def _data_range(lw: Lowering, x: str, axis: int, rank, np_type):
-    """min/max of the data (per tensor or per channel). NaN elements are left out of the reduction."""
+    """min/max of the data (per tensor or per channel). NaN elements are left out of the reduction.
+
+    A zero extreme takes the sign of the zero TF's reduction keeps (docs/semantics.md 2.6), which
+    ReduceMin/ReduceMax leave open: the sign becomes the step's and so every output zero's.
+    """
     x = lw.flush(x, np_type)
     is_nan = lw.op("IsNaN", x)
     axes = None if axis == -1 else [a for a in range(rank) if a != axis]
     keep = axis != -1
     lo = lw.reduce("ReduceMin", lw.where(is_nan, lw.const(np.inf, np_type), x, np_type), axes, keep)
     hi = lw.reduce("ReduceMax", lw.where(is_nan, lw.const(-np.inf, np_type), x, np_type), axes, keep)
+    kept_zero = _kept_zero_per_tensor(lw, x, np_type) if axis == -1 else _kept_zero_per_axis(lw, x, axis, rank, np_type)
+    zero = lw.const(0, np_type)
+    # (lw.where with the type: ORT's float Where may lose a zero's sign)
+    lo = lw.where(lw.op("Equal", lo, zero), kept_zero, lo, np_type)
+    hi = lw.where(lw.op("Equal", hi, zero), kept_zero, hi, np_type)
     return lo, hi
+
+
+def _int(lw: Lowering, v) -> str:
+    return lw.const(v, np.int64)
+
+
+def _kept_zero_per_tensor(lw: Lowering, x: str, np_type) -> str:
+    """The zero (with its sign) Eigen's vectorized full reduction keeps when the min or max is 0.
+
+    Ties keep the earlier operand everywhere except in the scalar tail, where the later element wins
+    and beats the packet result: so a zero in the tail (the last n % W elements) decides, the last one.
+    Otherwise the packet lanes: the horizontal fold halves the packet, a tie keeping the lower half, so
+    lanes rank by their index read with the bits reversed (W=8: 0, 4, 2, 6, 1, 5, 3, 7); within a lane,
+    the first of the four block accumulators (blocks of 4 packets) holding a zero, then the leftover
+    whole packets, each in order. This is a priority key per element; the smallest key is kept.
+    """
+    width = 8 if np_type == np.float32 else 4
+    v = lw.op("Concat", lw.op("Reshape", x, _int(lw, [-1])), lw.const([1], np_type), axis=0)  # never empty
+    n = lw.op("Size", x)
+    j = lw.op("Range", _int(lw, 0), lw.op("Size", v), _int(lw, 1))
+    whole4 = lw.op("Mul", lw.op("Div", n, _int(lw, 4 * width)), _int(lw, 4 * width))
+    whole = lw.op("Mul", lw.op("Div", n, _int(lw, width)), _int(lw, width))
+    bits = width.bit_length() - 1
+    fold_rank = [int(format(lane, f"0{bits}b")[::-1], 2) for lane in range(width)]
+    lane = lw.op("Gather", _int(lw, fold_rank), lw.op("Mod", j, _int(lw, width)), axis=0)
+    block = lw.op("Where", lw.op("Less", j, whole4), lw.op("Mod", lw.op("Div", j, _int(lw, width)), _int(lw, 4)), _int(lw, 4))
+    span = lw.op("Add", n, _int(lw, 1))
+    packet_key = lw.op("Add", lw.op("Mul", lw.op("Add", lw.op("Mul", lane, _int(lw, 5)), block), span), j)
+    tail_key = lw.op("Sub", _int(lw, -1), j)  # negative: before every packet key, the later the smaller
+    key = lw.op("Where", lw.op("Less", j, whole), packet_key, tail_key)
+    masked = lw.op("Where", lw.op("Equal", v, lw.const(0, np_type)), key, _int(lw, np.iinfo(np.int64).max))
+    index = lw.op("ArgMin", masked, axis=0, keepdims=1)
+    return lw.op("Reshape", lw.op("Gather", v, index, axis=0), _int(lw, []))
+
+
+def _kept_zero_per_axis(lw: Lowering, x: str, axis: int, rank: int, np_type) -> str:
+    """Per channel, the zero TF's per-axis reduction keeps: its scalar scan over (post, pre) lets the
+    later of two tied zeros win, so the last zero in that order decides. Shaped like the keepdims range."""
+    shape = lw.op("Shape", x)
+    pre = _int(lw, [1]) if axis == 0 else lw.reduce("ReduceProd", lw.op("Slice", shape, _int(lw, [0]), _int(lw, [axis])), [0], True)
+    depth = lw.op("Slice", shape, _int(lw, [axis]), _int(lw, [axis + 1]))
+    x3 = lw.op("Reshape", x, lw.op("Concat", pre, depth, _int(lw, [-1]), axis=0))
+    # [depth, post, pre] flattened per channel: position q * pre + r is the scan order
+    scan = lw.op("Reshape", lw.op("Transpose", x3, perm=[1, 2, 0]), lw.op("Concat", depth, _int(lw, [-1]), axis=0))
+    ones = lw.op("ConstantOfShape", lw.op("Concat", depth, _int(lw, [1]), axis=0),
+                 value=onnx_helper.make_tensor("value", NP_TO_ONNX[np.dtype(np_type)], [1], [1]))
+    scan = lw.op("Concat", scan, ones, axis=1)  # a nonzero last column: never empty, never chosen
+    position = lw.op("Range", _int(lw, 0), lw.op("Gather", lw.op("Shape", scan), _int(lw, 1), axis=0), _int(lw, 1))
+    masked = lw.op("Where", lw.op("Equal", scan, lw.const(0, np_type)), position, _int(lw, -1))
+    index = lw.op("ArgMax", masked, axis=1, keepdims=1)
+    kept = lw.op("Reshape", lw.op("GatherElements", scan, index, axis=1), _int(lw, [-1]))
+    return _per_axis_view(lw, kept, axis, rank)
 
 
 def _lower_forward(ctx, node, version: int):
