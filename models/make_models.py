@@ -7,6 +7,8 @@
   -> logits), train_step (images [8, 96, 96, 3], labels [8] -> loss and the gradient of every trainable
   variable; assigns the batch-norm moving statistics and tfmot's ranges), saliency (images [batch, ...] ->
   logits and d(top class score)/d(images)).
+- mobilenet_v2_float: the same MobileNetV2 without quantize_model (same seed, same warm-up), train_step only:
+  the float control for the quantized training step.
 - fourbit_cnn: a small CNN with a custom tfmot QuantizeConfig (4-bit weights, 8-bit activations):
   serving_default and train_step (images [8, 16, 16, 3], labels [8]).
 - cnn_train_step_float: the hand-made CNN of models/qat_network.py without activation quantizers,
@@ -156,6 +158,11 @@ def make_mobilenet_v2_qat():
     save(graphs, "mobilenet_v2_qat", graphs.signatures())
 
 
+def make_mobilenet_v2_float():
+    graphs = tfmot_models.QuantizedModelGraphs(tfmot_models.float_mobilenet_v2(), tfmot_models.MOBILENET_SHAPE)
+    save(graphs, "mobilenet_v2_float", {"train_step": graphs.train_step})
+
+
 def make_fourbit_cnn():
     graphs = tfmot_models.QuantizedModelGraphs(tfmot_models.fourbit_cnn(), tfmot_models.CNN_SHAPE)
     signatures = graphs.signatures()
@@ -175,6 +182,7 @@ def make_qdq():
 
 MAKERS = {
     "mobilenet_v2_qat": make_mobilenet_v2_qat,
+    "mobilenet_v2_float": make_mobilenet_v2_float,
     "fourbit_cnn": make_fourbit_cnn,
     "cnn_train_step_float": make_cnn_train_step_float,
     "qdq": make_qdq,

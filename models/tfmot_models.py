@@ -67,12 +67,21 @@ def warm_up(model, shape, steps=WARMUP_STEPS, seed=SEED):
     return model
 
 
-def quantized_mobilenet_v2():
+def _mobilenet_v2():
     tf_keras.utils.set_random_seed(SEED)
-    base = tf_keras.applications.MobileNetV2(
+    return tf_keras.applications.MobileNetV2(
         input_shape=MOBILENET_SHAPE, alpha=0.35, weights=None, classes=NUM_CLASSES, classifier_activation=None
     )
-    return warm_up(quant_keras.quantize_model(base), MOBILENET_SHAPE)
+
+
+def quantized_mobilenet_v2():
+    return warm_up(quant_keras.quantize_model(_mobilenet_v2()), MOBILENET_SHAPE)
+
+
+def float_mobilenet_v2():
+    """The same network without quantization: the control for the quantized training step, whose gradients
+    no two implementations can agree on (see models/run_all.py, "quantization flips")."""
+    return warm_up(_mobilenet_v2(), MOBILENET_SHAPE)
 
 
 class FourBitWeightsConfig(quant_keras.QuantizeConfig):
