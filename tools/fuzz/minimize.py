@@ -1,0 +1,164 @@
+"""Shrinking a finding to a small reproducer, and printing it as a runnable Python snippet.
+
+``minimize(case, judge)`` tries simpler variants of the case and keeps one whenever ``judge`` (a case ->
+Verdict function, normally both sides run and classified) gives the same class as the original. Variants,
+biggest step first: every dimension of one size cut to 1 or to half across all inputs at once (so that
+shapes which must agree keep agreeing; shape-input values of that size follow), attributes back to their
+defaults, and values made simpler: blocks of elements set to 0 or 1, then each element rounded.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Iterator
+
+import numpy as np
+
+import ort_ops
+from tools.fuzz.cases import Case, is_safe
+
+
+def _sizes(case: Case) -> list:
+    sizes = set()
+    for x in case.inputs:
+        sizes.update(d for d in np.shape(x) if d > 1)
+    return sorted(sizes, reverse=True)
+
+
+def _cut(case: Case, size: int, new: int) -> Case:
+    """Every axis of length ``size`` cut to its first ``new`` entries; int32 shape values equal to ``size`` too."""
+    inputs = []
+    for x in case.inputs:
+        x = np.asarray(x)
+        shape = tuple(new if d == size else d for d in x.shape)
+        if x.size == 0:  # (a huge dim beside a zero one: nothing to copy, never an index of that size)
+            x = np.zeros(shape, x.dtype)
+        else:
+            x = x[tuple(slice(0, n) for n in shape)]
+        if x.dtype == np.int32 and x.ndim == 1:
+            x = np.where(x == size, new, x).astype(np.int32)
+        inputs.append(x)
+    return case.replace(inputs=inputs)
+
+
+def _shape_variants(case: Case) -> Iterator[Case]:
+    for size in _sizes(case):
+        for new in sorted({1, size // 2}):
+            if new < size:
+                yield _cut(case, size, new)
+
+
+def _attr_variants(case: Case) -> Iterator[Case]:
+    spec = ort_ops.get_spec(case.op)
+    for name in list(case.attrs):
+        attr = spec.attr(name) if name in {a.name for a in spec.attrs} else None
+        if attr is not None and not attr.required:
+            yield case.replace(attrs={k: v for k, v in case.attrs.items() if k != name})
+
+
+def _float_inputs(case: Case):
+    return [k for k, x in enumerate(case.inputs) if np.asarray(x).dtype.kind == "f" or np.asarray(x).dtype.name == "bfloat16"]
+
+
+def _with(case: Case, k: int, value: np.ndarray) -> Case:
+    inputs = list(case.inputs)
+    inputs[k] = value
+    return case.replace(inputs=inputs)
+
+
+def _value_variants(case: Case) -> Iterator[Case]:
+    for k in _float_inputs(case):
+        x = np.asarray(case.inputs[k])
+        n = x.size
+        block = n
+        while block >= 1 and n:
+            for start in range(0, n, block):
+                for simple in (0.0, 1.0):
+                    flat = x.reshape(-1).copy()
+                    part = flat[start:start + block]
+                    if np.all(part.astype(np.float64) == simple) and not np.any(np.signbit(part.astype(np.float64))):
+                        continue
+                    flat[start:start + block] = simple
+                    yield _with(case, k, flat.reshape(x.shape))
+            block //= 2
+        with np.errstate(all="ignore"):
+            wide = x.astype(np.float64).reshape(-1)
+            for i, v in enumerate(wide):
+                if math.isfinite(v) and v != round(v, 1):
+                    flat = wide.copy()
+                    flat[i] = round(v, 1)
+                    yield _with(case, k, flat.astype(x.dtype).reshape(x.shape))
+
+
+def minimize(case: Case, judge: Callable, budget: int = 300) -> tuple:
+    """(the smallest case found with ``case``'s class, its verdict, how many variants were tried)."""
+    target = judge(case)
+    best, tried = case, 0
+    progress = True
+    while progress and tried < budget:
+        progress = False
+        for variants in (_shape_variants, _attr_variants, _value_variants):
+            for candidate in variants(best):
+                if tried >= budget:
+                    break
+                if not is_safe(candidate):
+                    continue
+                tried += 1
+                verdict = judge(candidate)
+                if verdict.cls == target.cls and verdict.finding == target.finding:
+                    best, target, progress = candidate, verdict, True
+                    break  # start again from the biggest steps on the smaller case
+            if progress:
+                break
+    return best, target, tried
+
+
+# ----------------------------------------------------------------------------------------------- printing
+
+def _literal(v: float) -> str:
+    if math.isnan(v):
+        return "-np.nan" if math.copysign(1.0, v) < 0 else "np.nan"
+    if math.isinf(v):
+        return "-np.inf" if v < 0 else "np.inf"
+    return repr(v)
+
+
+def _array_source(x) -> str:
+    x = np.asarray(x)
+    dtype = "ml_dtypes.bfloat16" if x.dtype.name == "bfloat16" else f"np.{x.dtype.name}"
+    if x.size == 0:
+        return f"np.zeros({tuple(int(d) for d in x.shape)}, {dtype})"
+    if x.dtype.kind in "iub":
+        values = ", ".join(str(v) for v in x.reshape(-1).tolist())
+    else:
+        values = ", ".join(_literal(float(v)) for v in x.astype(np.float64).reshape(-1))
+    return f"np.array([{values}], {dtype}).reshape({tuple(int(d) for d in x.shape)})"
+
+
+def reproducer(case: Case, verdict=None) -> str:
+    """A Python snippet, run from the repository root, that feeds ``case`` to TF and to the library."""
+    header = f"# {case.op}: {verdict.cls}: {verdict.detail[:300]}" if verdict else f"# {case.op}"
+    inputs = ",\n    ".join(_array_source(x) for x in case.inputs)
+    return f'''{header}
+import os, sys
+os.environ["TF_ENABLE_ONEDNN_OPTS"] = "0"  # TF's Eigen kernels, as the suite pins them
+sys.path.insert(0, "tests")
+import ml_dtypes
+import numpy as np
+import tensorflow as tf
+from backends import BackendError, run_ort
+
+op = {case.op!r}
+inputs = [
+    {inputs},
+]
+attrs = {case.attrs!r}
+names = [p.name for p in __import__("ort_ops").get_spec(op).inputs]
+try:
+    print("TF:", getattr(tf.raw_ops, op)(**{{n: tf.constant(x) for n, x in zip(names, inputs)}}, **attrs))
+except Exception as e:
+    print("TF error:", e)
+try:
+    print("library:", run_ort(op, inputs, attrs))
+except BackendError as e:
+    print("library error:", e)
+'''
