@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import numpy as np
+
 from tools.fuzz import compare, deviations
 from tools.fuzz.cases import Case
 
@@ -63,7 +65,8 @@ def classify(case: Case, tf: dict, lib: dict, known=deviations.DEVIATIONS) -> Ve
         return _excused(case, "only_tf_rejects", tf, lib, f"TF: {tf['message']}", known)
     if lib_status == "error":
         return _excused(case, "only_lib_rejects", tf, lib, f"library: {lib_message}", known)
-    why = compare.mismatch(case, tf["outputs"], lib["outputs"])
+    with np.errstate(all="ignore"):
+        why = compare.mismatch(case, tf["outputs"], lib["outputs"])
     if why is None:
         return Verdict("match", False)
     return _excused(case, "mismatch", tf, lib, why, known)

@@ -61,6 +61,17 @@ def _padding_taps(case, tf, lib):
     return _non_finite(case.inputs[1])
 
 
+def _only_x_backprop_rank_differs(case, tf, lib):
+    """An empty 5-D x whose x_backprop TF returns 4-D, and every other output agrees."""
+    from tools.fuzz.compare import mismatch
+
+    x = np.asarray(case.inputs[1])
+    if x.ndim != 5 or x.size or np.ndim(tf["outputs"][0]) != 4:
+        return False
+    reshaped = [np.reshape(tf["outputs"][0], x.shape)] + list(tf["outputs"][1:])
+    return mismatch(case, reshaped, lib["outputs"]) is None
+
+
 def _per_axis_range(case, tf, lib):
     attrs = _attrs(case)
     return attrs["axis"] >= 0 and attrs["range_given"] and _tf_says(tf, "must be a scalar")
@@ -95,6 +106,20 @@ DEVIATIONS = (
     Deviation(
         "depthwise-backprop-filter-empty-out-backprop", DEPTHWISE[2:], "mismatch", "An empty out_backprop gives a zero",
         lambda case, tf, lib: np.asarray(case.inputs[2]).size == 0,
+    ),
+    Deviation(
+        "depthwise-backprop-input-empty-out-backprop", DEPTHWISE[1:2], "mismatch", "An empty out_backprop (channel",
+        lambda case, tf, lib: np.asarray(case.inputs[2]).size == 0,
+    ),
+    Deviation(
+        "batch-norm-grad-empty-5d-x", BN_GRADS, "mismatch", "For an empty 5-D x, x_backprop has x's shape",
+        lambda case, tf, lib: _only_x_backprop_rank_differs(case, tf, lib),
+    ),
+    Deviation(
+        "qdq-v3-non-scalar-range", ("QuantizeAndDequantizeV3",), "only_lib_rejects",
+        "axis < -1 and non-scalar input_min/input_max with axis=-1 are rejected",
+        lambda case, tf, lib: _attrs(case)["axis"] == -1 and max(np.ndim(case.inputs[1]), np.ndim(case.inputs[2])) > 0
+        and "must be a scalar" in lib.get("message", ""),
     ),
     Deviation(
         "qdq-per-axis-range-given", ("QuantizeAndDequantizeV2", "QuantizeAndDequantizeV4"), "only_tf_rejects",

@@ -15,7 +15,7 @@ import numpy as np
 import ort_ops
 from ort_ops.spec import numpy_dtype
 from tools.fuzz import values as V
-from tools.fuzz.cases import Case, is_safe
+from tools.fuzz.cases import MAX_INPUT_ELEMENTS, Case, is_safe
 
 F32 = np.dtype(np.float32)
 QDQ_OPS = ("QuantizeAndDequantizeV2", "QuantizeAndDequantizeV3", "QuantizeAndDequantizeV4")
@@ -181,6 +181,8 @@ def _mutate_dim(rng, case):
         if x.ndim == 0 or rng.random() < 0.5:
             new = x.reshape(x.shape + (1,))
         else:
+            if not x.shape[-1] and int(np.prod(x.shape[:-1], dtype=object)) > MAX_INPUT_ELEMENTS:
+                return case  # (dropping the zero dim would leave a huge one)
             new = x[..., 0] if x.shape[-1] else np.zeros(x.shape[:-1], x.dtype)
         note = f"input {i} rank {x.ndim} -> {new.ndim}"
     else:
@@ -188,6 +190,8 @@ def _mutate_dim(rng, case):
         size = int(rng.choice([0, 1, x.shape[axis] + 1, 2 * x.shape[axis] + 3]))
         shape = list(x.shape)
         shape[axis] = size
+        if int(np.prod(shape, dtype=object)) > MAX_INPUT_ELEMENTS:  # (a huge dim whose zero partner grew)
+            return case
         new = np.resize(x, shape) if x.size and size else np.zeros(shape, x.dtype)
         note = f"input {i} dim {axis} -> {size}"
     inputs = list(case.inputs)
