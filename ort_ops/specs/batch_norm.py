@@ -187,6 +187,7 @@ def _grad(name, version, types, kernels, stats_type, scale_type, formats):
             "bit for bit).",
             f"{spare[0]} and {spare[1]} have shape [0], the shape TF's Eigen kernel gives; with oneDNN on, TF gives "
             "them as scalars. Nothing reads them.",
+            "For an empty 5-D x, x_backprop has x's shape; TF 2.21's Eigen kernel returns it 4-D (two dims merged).",
         ),
     )
 

@@ -243,7 +243,15 @@ SPECS = (
             Param("out_backprop", "T", "gradient with respect to the forward output"),
         ),
         _sizes_shape("DepthwiseConv2dNativeBackpropInput", "Conv2DBackpropInput", 0),
-        (DILATIONS, NCHW, NCHW_EXPLICIT, PADDING_TAPS, ORDER),
+        (
+            DILATIONS,
+            NCHW,
+            NCHW_EXPLICIT,
+            PADDING_TAPS,
+            ORDER,
+            "An empty out_backprop (channel multiplier 0) gives a zero input gradient; TF 2.21's Eigen kernel returns "
+            "uninitialized memory.",
+        ),
     ),
     _spec(
         "DepthwiseConv2dNativeBackpropFilter",
