@@ -24,27 +24,35 @@ def _sizes(case: Case) -> list:
     return sorted(sizes, reverse=True)
 
 
-def _cut(case: Case, size: int, new: int) -> Case:
-    """Every axis of length ``size`` cut to its first ``new`` entries; int32 shape values equal to ``size`` too."""
+def _cut(case: Case, size: int, start: int, new: int, axis=None) -> Case:
+    """Every axis of length ``size`` (only at position ``axis`` if given) cut to entries [start, start + new);
+    int32 shape values equal to ``size`` become ``new`` too (when every such axis is cut)."""
     inputs = []
     for x in case.inputs:
         x = np.asarray(x)
-        shape = tuple(new if d == size else d for d in x.shape)
+        cut = [d == size and (axis is None or k == axis) for k, d in enumerate(x.shape)]
+        shape = tuple(new if c else d for c, d in zip(cut, x.shape))
         if x.size == 0:  # (a huge dim beside a zero one: nothing to copy, never an index of that size)
             x = np.zeros(shape, x.dtype)
         else:
-            x = x[tuple(slice(0, n) for n in shape)]
-        if x.dtype == np.int32 and x.ndim == 1:
+            x = x[tuple(slice(start, start + new) if c else slice(None) for c in cut)]
+        if x.dtype == np.int32 and x.ndim == 1 and axis is None:
             x = np.where(x == size, new, x).astype(np.int32)
         inputs.append(x)
     return case.replace(inputs=inputs)
 
 
 def _shape_variants(case: Case) -> Iterator[Case]:
+    """Per dimension size, first on every axis of that size, then on one axis position at a time (where two
+    axes share a size): each half, then each single entry (at most 16 of them, spread out)."""
     for size in _sizes(case):
-        for new in sorted({1, size // 2}):
-            if new < size:
-                yield _cut(case, size, new)
+        positions = sorted({k for x in case.inputs for k, d in enumerate(np.shape(x)) if d == size})
+        for axis in [None] + (positions if len(positions) > 1 else []):
+            half = size // 2
+            yield _cut(case, size, 0, half, axis)
+            yield _cut(case, size, half, size - half, axis)
+            for start in sorted(set(np.linspace(0, size - 1, min(size, 16)).astype(int).tolist())):
+                yield _cut(case, size, start, 1, axis)
 
 
 def _attr_variants(case: Case) -> Iterator[Case]:
@@ -72,10 +80,11 @@ def _value_variants(case: Case) -> Iterator[Case]:
         block = n
         while block >= 1 and n:
             for start in range(0, n, block):
-                for simple in (0.0, 1.0):
+                for simpler in ((0.0,), (0.0, 1.0)):  # +0 is simplest, then 1; never back to a less simple value
+                    simple = simpler[-1]
                     flat = x.reshape(-1).copy()
-                    part = flat[start:start + block]
-                    if np.all(part.astype(np.float64) == simple) and not np.any(np.signbit(part.astype(np.float64))):
+                    part = flat[start:start + block].astype(np.float64)
+                    if np.all(np.isin(part, simpler) & ~np.signbit(part)):
                         continue
                     flat[start:start + block] = simple
                     yield _with(case, k, flat.reshape(x.shape))
@@ -89,6 +98,17 @@ def _value_variants(case: Case) -> Iterator[Case]:
                     yield _with(case, k, flat.astype(x.dtype).reshape(x.shape))
 
 
+def _same(a: Case, b: Case) -> bool:
+    """Identical cases (bit for bit), so that a variant that changes nothing is not counted as progress."""
+    if a.attrs != b.attrs or len(a.inputs) != len(b.inputs):
+        return False
+    for x, y in zip(a.inputs, b.inputs):
+        x, y = np.asarray(x), np.asarray(y)
+        if x.dtype != y.dtype or x.shape != y.shape or x.tobytes() != y.tobytes():
+            return False
+    return True
+
+
 def minimize(case: Case, judge: Callable, budget: int = 300) -> tuple:
     """(the smallest case found with ``case``'s class, its verdict, how many variants were tried)."""
     target = judge(case)
@@ -100,7 +120,7 @@ def minimize(case: Case, judge: Callable, budget: int = 300) -> tuple:
             for candidate in variants(best):
                 if tried >= budget:
                     break
-                if not is_safe(candidate):
+                if _same(candidate, best) or not is_safe(candidate):
                     continue
                 tried += 1
                 verdict = judge(candidate)

@@ -46,11 +46,13 @@ def sanitizer_env() -> dict:
 class Side:
     """One side's child process, restarted after a crash or a hang."""
 
-    def __init__(self, name: str, argv: Sequence[str], env: Optional[dict] = None, timeout: float = 60.0):
+    def __init__(self, name: str, argv: Sequence[str], env: Optional[dict] = None, timeout: float = 60.0,
+                 startup: float = STARTUP_SECONDS):
         self.name = name
         self.argv = list(argv)
         self.env = env or base_env()
         self.timeout = timeout
+        self.startup = startup  # extra seconds a fresh child gets for its first case (imports)
         self.proc = None
         self.restarts = 0
 
@@ -90,7 +92,7 @@ class Side:
         """The result of case ``index``; a crash or a hang ends this child."""
         started = False
         while True:
-            limit = STARTUP_SECONDS + self.timeout if self.fresh and not started else self.timeout
+            limit = self.startup + self.timeout if self.fresh and not started else self.timeout
             try:
                 message = self.messages.get(timeout=limit)
             except queue.Empty:
