@@ -151,9 +151,17 @@ class Lowering:
     def flush(self, v: str, np_type, keep_sign: bool = True) -> str:
         """Subnormal -> zero of the same sign. TF runs its CPU kernels with flush-to-zero and
         denormals-are-zero on, so subnormal operands act as zeros and subnormal results become zeros;
-        ONNX Runtime computes with subnormals. ``keep_sign=False`` where the zero's sign cannot matter."""
-        tiny = self.op("Less", self.op("Abs", v), self.const(np.finfo(np_type).tiny, np_type))
-        return self.where(tiny, self.op("Mul", v, self.const(0.0, np_type)), v, np_type if keep_sign else None)
+        ONNX Runtime computes with subnormals.
+
+        Written as ``v * (|v| >= tiny)``: a normal value or an infinity times 1 is itself, a subnormal
+        or a zero times 0 is a zero of its own sign, and a NaN times anything keeps its bits (|NaN| >= tiny
+        is false, NaN * 0 is that NaN). Four nodes, exact with the sign, no Where (whose -0 handling
+        would need the repair in ``where``). ``keep_sign`` is accepted for callers that do not need the
+        sign; the result is the same.
+        """
+        del keep_sign
+        normal = self.op("GreaterOrEqual", self.op("Abs", v), self.const(np.finfo(np_type).tiny, np_type))
+        return self.op("Mul", v, self.cast(normal, helper.np_dtype_to_tensor_dtype(np.dtype(np_type))))
 
     def cast(self, x: str, onnx_type: int) -> str:
         return self.op("Cast", x, to=onnx_type)
