@@ -4,6 +4,11 @@ Written as the same float32/float64 steps as TF's ComputeQuantizationRange and i
 functor: the scale from whichever side of the range is tighter (T_MAX when a side cannot decide),
 the other side re-derived from the dequantization step, the clamp only when the range is given,
 ONNX Round (ties to even, what rint does on x86) for HALF_TO_EVEN and Floor(v + 0.5) in T for HALF_UP.
+
+A given range that is a constant of the graph is adjusted at conversion time by the NumPy reference
+(ort_ops.reference._quantize_dequantize.compute_range, bit-exact against TF), so the graph holds only
+the per-element clamp, scale, round and rescale (``_lean_constant_range``); V4Grad's constant range
+becomes two constant bounds (``_lean_grad_bounds``).
 """
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ from onnx import TensorProto
 from onnx import helper as onnx_helper
 
 from converters.standard._builder import NP_TYPES, Lowering
+from ort_ops.reference import _quantize_dequantize as reference
 from ort_ops.specs.quantize_dequantize import axis_rank_message
 
 SUPPORTED = (TensorProto.FLOAT, TensorProto.DOUBLE)
@@ -103,6 +109,44 @@ def quantize_dequantize(lw, x, mn, mx, min_q, max_q, np_type, range_given: bool,
     else:
         rounded = lw.op("Round", scaled)  # ONNX Round is half to even, like rint
     return lw.op("Mul", rounded, inv)
+
+
+def _lean_constant_range(lw: Lowering, x: str, mn, mx, axis: int, rank, grid, np_type, half_up: bool):
+    """The output for a constant given range, or None where the parameters need the general sequence.
+
+    The adjusted range, scale and inverse scale come from the reference. Per element: clamp, * scale,
+    round, * inverse (4 or 5 nodes, TF's own operations). The flushes can go: a subnormal x inside the
+    range times a scale below 1/(4 FLT_MIN) stays below 1/4 and rounds to a zero of x's sign, which
+    is what TF's flushed x gives; a subnormal product rounds to that zero too; a nonzero rounded value
+    times an inverse scale >= FLT_MIN is normal. One exception: a lower bound +0 turns a negative
+    subnormal x into +0 where TF's flushed -0 stays -0, so x is flushed there (4 more nodes). The clamp
+    is Clip for a scalar range (ORT's Clip is Eigen's clamp bit for bit: NaN x kept, ties keep x); per
+    axis Min/Max return the bound on a signed-zero tie, so a zero bound takes the general sequence.
+    """
+    signed, num_bits, narrow = grid
+    lo, hi, scale, inverse = reference.compute_range(
+        np.asarray(mn, np_type).reshape(-1), np.asarray(mx, np_type).reshape(-1), signed, num_bits, narrow
+    )
+    tiny = np.finfo(np_type).tiny
+    params = (lo, hi, scale, inverse)
+    if not all(np.all(np.isfinite(p)) for p in params) or not np.all(lo <= hi):
+        return None
+    if np.any(inverse < tiny) or np.any(scale <= 0) or np.any(scale >= np_type(0.25) / tiny):
+        return None
+    if axis != -1 and (np.any(lo == 0) or np.any(hi == 0)):
+        return None
+    if axis == -1:
+        if lo[0] == 0 and not np.signbit(lo[0]):
+            x = lw.flush(x, np_type)
+        clamped = lw.op("Clip", x, lw.const(lo[0], np_type), lw.const(hi[0], np_type))
+        scale, inverse = scale[0], inverse[0]
+    else:
+        view = [-1] + [1] * (rank - 1 - axis)
+        clamped = lw.op("Max", lw.op("Min", x, lw.const(hi.reshape(view), np_type)), lw.const(lo.reshape(view), np_type))
+        scale, inverse = scale.reshape(view), inverse.reshape(view)
+    scaled = lw.op("Mul", clamped, lw.const(scale, np_type))
+    rounded = lw.op("Floor", lw.op("Add", scaled, lw.const(0.5, np_type))) if half_up else lw.op("Round", scaled)
+    return lw.op("Mul", rounded, lw.const(inverse, np_type))
 
 
 def _data_range(lw: Lowering, x: str, axis: int, rank, np_type):
@@ -204,8 +248,14 @@ def _lower_forward(ctx, node, version: int):
     if range_given:
         _check_range_shape(lw, axis, rank)
         _check_constant_range(lw, axis)
+    constant = (lw.constant_value(1), lw.constant_value(2)) if range_given else (None, None)
     lw.take_over()
     x = lw.inputs[0]
+    if constant[0] is not None and constant[1] is not None:
+        out = _lean_constant_range(lw, x, *constant, axis, rank, (signed, num_bits, narrow), np_type, half_up)
+        if out is not None:
+            lw.emit(0, out)
+            return
     if range_given:
         mn, mx = lw.inputs[1], lw.inputs[2]
         if axis != -1:
@@ -227,6 +277,23 @@ def lower_v4(ctx, node):
     _lower_forward(ctx, node, 4)
 
 
+def _lean_grad_bounds(lw: Lowering, mn, mx, axis: int, rank, np_type):
+    """Constant bounds lo, hi with ``lo <= x <= hi`` on the unflushed x equal to TF's test on the flushed
+    x against the flushed range: a zero bound (after the flush) becomes the largest subnormal of the
+    side away from the range (a flushed x is >= 0 exactly when x > -FLT_MIN), a normal bound decides
+    subnormal x like zero anyway. Then dx = flushed g * mask (9 nodes), whose product is never subnormal.
+    """
+    largest_subnormal = np.nextafter(np.finfo(np_type).tiny, np_type(0))
+    lo = reference.flush(np.asarray(mn, np_type))
+    hi = reference.flush(np.asarray(mx, np_type))
+    lo = np.where(lo == 0, -largest_subnormal, lo).astype(np_type)
+    hi = np.where(hi == 0, largest_subnormal, hi).astype(np_type)
+    if axis != -1:
+        view = [-1] + [1] * (rank - 1 - axis)
+        lo, hi = lo.reshape(view), hi.reshape(view)
+    return lw.const(lo, np_type), lw.const(hi, np_type)
+
+
 def lower_v4_grad(ctx, node):
     lw = Lowering(ctx, node)
     t, np_type = _element_type(lw, [0, 1, 2, 3])
@@ -243,8 +310,16 @@ def lower_v4_grad(ctx, node):
             lw.fail(f"Input min tensor must have dimension 0 or 1. Received {r}.")
         if axis == -1 and r is not None and r != 0:
             lw.fail("input_min must be a scalar if axis is unspecified")
+    constant = lw.constant_value(2), lw.constant_value(3)
     lw.take_over()
     g, x, mn, mx = lw.inputs
+    if constant[0] is not None and constant[1] is not None:
+        lo, hi = _lean_grad_bounds(lw, *constant, axis, rank, np_type)
+        inside = lw.op("And", lw.op("GreaterOrEqual", x, lo), lw.op("LessOrEqual", x, hi))
+        lw.emit(0, lw.op("Mul", lw.flush(g, np_type), lw.mask_as(inside, t)))
+        lw.emit(1, lw.const(np.zeros_like(constant[0], np_type), np_type))
+        lw.emit(2, lw.const(np.zeros_like(constant[1], np_type), np_type))
+        return
     # denormals-are-zero on the inputs; only g's zero sign reaches the output
     g, x = lw.flush(g, np_type), lw.flush(x, np_type, keep_sign=False)
     lo, hi = lw.flush(mn, np_type, keep_sign=False), lw.flush(mx, np_type, keep_sign=False)
