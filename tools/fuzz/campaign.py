@@ -49,7 +49,8 @@ class Report:
         for f in self.findings:
             if f.minimized is None:
                 continue
-            lines += ["", f"--- {f.case.op} {f.verdict.cls}: {f.verdict.detail[:400]}", f"    as generated: {f.case.describe()[:400]}"]
+            lines += ["", f"--- {f.case.op} {f.verdict.cls}: {f.verdict.detail[:400]}",
+                      f"    as generated: {f.case.describe()[:400]}"]
             if reproducers:
                 lines.append(reproducer(f.minimized, f.minimized_verdict))
         return "\n".join(lines)

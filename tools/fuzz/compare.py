@@ -56,7 +56,8 @@ def mismatch(case: Case, expected, actual) -> Optional[str]:
             if family == "batch_norm":
                 batch_norm.assert_close(got, want, f"output {k}")
             else:
-                depthwise.assert_close(case.op, np.asarray(got), np.asarray(want), case.inputs, case.attrs, f"output {k}")
+                depthwise.assert_close(case.op, np.asarray(got), np.asarray(want), case.inputs, case.attrs,
+                                       f"output {k}")
         except AssertionError as e:
             return str(e).split("\n")[0]
         except Exception as e:  # noqa: BLE001 - e.g. the reference refusing what both sides ran

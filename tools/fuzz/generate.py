@@ -140,8 +140,6 @@ def _depthwise_attrs(rng, fmt):
 
 
 def _depthwise(rng, op):
-    from ort_ops.specs.depthwise import _forward_dims
-
     t = np.dtype(rng.choice(V.FLOAT_DTYPES, p=[0.55, 0.15, 0.15, 0.15]))
     fmt = "NCHW" if rng.random() < 0.15 else "NHWC"
     attrs = _depthwise_attrs(rng, fmt)
@@ -152,9 +150,9 @@ def _depthwise(rng, op):
     rate = _special_rate(rng)
     x = V.floats(rng, x_shape, t, rate, 1.0)
     f = V.floats(rng, f_shape, t, rate, 1.0)
-    full = ort_ops.get_spec(op).with_defaults(attrs)
+    forward = ort_ops.get_spec("DepthwiseConv2dNative")
     try:
-        y_shape = _forward_dims(op, full, x_shape, f_shape)
+        (y_shape,) = forward.shape_fn([x_shape, f_shape], [None, None], forward.with_defaults(attrs))
     except ort_ops.OpError:  # the window does not fit: keep the case, with a made-up out_backprop
         y_shape = x_shape
     dy = V.floats(rng, y_shape, t, rate, 1.0)
@@ -260,7 +258,8 @@ def _mutate_attr(rng, case):
         value = rng.choice(_OUT_OF_RANGE[attr.name])
         value = int(value) if attr.kind == "int" else float(value) if attr.kind == "float" else str(value)
     elif attr.kind == "ints":
-        current = list(attrs.get(attr.name, attr.default if attr.default is not ort_ops.spec.REQUIRED else [1, 1, 1, 1]))
+        default = [1, 1, 1, 1] if attr.required else attr.default
+        current = list(attrs.get(attr.name, default))
         if attr.name == "explicit_paddings" and not current:
             current = [0] * 8
         if current and rng.random() < 0.8:

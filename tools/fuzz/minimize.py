@@ -64,7 +64,8 @@ def _attr_variants(case: Case) -> Iterator[Case]:
 
 
 def _float_inputs(case: Case):
-    return [k for k, x in enumerate(case.inputs) if np.asarray(x).dtype.kind == "f" or np.asarray(x).dtype.name == "bfloat16"]
+    return [k for k, x in enumerate(case.inputs)
+            if np.asarray(x).dtype.kind == "f" or np.asarray(x).dtype.name == "bfloat16"]
 
 
 def _with(case: Case, k: int, value: np.ndarray) -> Case:

@@ -97,7 +97,8 @@ class Side:
                 message = self.messages.get(timeout=limit)
             except queue.Empty:
                 self._stop(kill=True)
-                return {"status": "hang", "message": f"no result after {limit:.0f} s" + ("" if started else " (never started)")}
+                where = "" if started else " (never started)"
+                return {"status": "hang", "message": f"no result after {limit:.0f} s{where}"}
             if message[0] == "start" and message[1] == index:
                 started = True
             elif message[0] == "result" and message[1] == index:
