@@ -29,6 +29,9 @@ BATCH, SHAPE, CLASSES = 4, (8, 8, 3), 5
 
 
 def _keras_net(seed):
+    # Layer names (and so variable names, which the tests expect) come from a process-wide counter that
+    # every Keras model built earlier in the run advances.
+    tf_keras.backend.clear_session()
     tf_keras.utils.set_random_seed(seed)
     layers = tf_keras.layers
     inputs = tf_keras.Input(SHAPE)
