@@ -176,7 +176,6 @@ EXAMPLES = (
         lambda rng: _images(rng, 4, 96),
         all_outputs_exact=False,
         normwise=MOBILENET_INFERENCE_NORMWISE,
-        committed_lowerings=("custom",),
     ),
     ExampleModel(
         "mobilenet_v2_qat_train_step",
@@ -199,7 +198,6 @@ EXAMPLES = (
         normwise=TRAIN_STEP_NORMWISE,
         source="mobilenet_v2_qat",
         signature="saliency",
-        committed_lowerings=("custom",),
     ),
     ExampleModel(
         "mobilenet_v2_float_train_step",

@@ -5,6 +5,7 @@ Runs the main job's functions (models.run_all) per model and lowering instead of
 from __future__ import annotations
 
 import fnmatch
+import functools
 import re
 import sys
 from pathlib import Path
@@ -44,9 +45,28 @@ def _assert_matches(result):
     assert result.ok, "\n" + run_all.format_example(run_all.EXAMPLES_BY_NAME[result.model], {}, [result])
 
 
-@pytest.mark.parametrize("lowering", run_all.LOWERINGS)
-def test_fresh_conversion_matches_tensorflow(example_run, lowering):
-    example, inputs, tf_run = example_run
+# Conversions left to the main job (scripts/main.sh), which converts and checks every example in both
+# lowerings: the quantized MobileNetV2 training step's standard lowering takes ~8 minutes on a 2-core machine
+# (11.5k nodes: its ranges are updated in the step, so their nudge stays in the graph), which would double the
+# test command's time. Its custom lowering is converted fresh here.
+MAIN_JOB_ONLY = {("mobilenet_v2_qat_train_step", "standard")}
+
+
+FRESH_CONVERSIONS = [(name, lowering) for name in EXAMPLE_NAMES for lowering in run_all.LOWERINGS
+                     if (name, lowering) not in MAIN_JOB_ONLY]
+
+
+@functools.lru_cache(maxsize=1)
+def _tf_run(name):
+    """(example, inputs, TF run) of the last model asked for (the tests run grouped by model)."""
+    example = run_all.EXAMPLES_BY_NAME[name]
+    inputs = example.make_inputs(np.random.default_rng(0))
+    return example, inputs, run_all.TensorFlowRun(example, inputs, repeat=1)
+
+
+@pytest.mark.parametrize("name,lowering", FRESH_CONVERSIONS)
+def test_fresh_conversion_matches_tensorflow(name, lowering):
+    example, inputs, tf_run = _tf_run(name)
     result = run_all.check_lowering(example, lowering, tf_run, inputs, write=False, repeat=1)
     _assert_matches(result)
     names = [o.name for o in result.outputs]
@@ -102,6 +122,10 @@ EXPECTED_FAMILY_OPS = {
     "mobilenet_v2_qat_saliency": {
         "FakeQuantWithMinMaxVars", "FakeQuantWithMinMaxVarsGradient", "FusedBatchNormV3", "FusedBatchNormGradV3",
         "DepthwiseConv2dNative", "DepthwiseConv2dNativeBackpropInput",
+    },
+    "mobilenet_v2_float_train_step": {
+        "FusedBatchNormV3", "FusedBatchNormGradV3", "DepthwiseConv2dNative", "DepthwiseConv2dNativeBackpropInput",
+        "DepthwiseConv2dNativeBackpropFilter",
     },
     "fourbit_cnn": {"FakeQuantWithMinMaxVars"},
     "fourbit_cnn_train_step": {"FakeQuantWithMinMaxVars", "FakeQuantWithMinMaxVarsGradient"},
@@ -170,3 +194,9 @@ def test_train_step_updates_are_outputs(name):
     for var in judged:
         before, after = tf_run.variables_before[var], tf_run.variables_after[var]
         assert not run_all.compare_update(example, var, before, after, before).ok, var
+
+
+def test_main_job_only_is_small():
+    """Only conversions too slow for the test command are left to the main job, and the main job runs them."""
+    assert MAIN_JOB_ONLY <= {(e.name, lowering) for e in run_all.EXAMPLES for lowering in run_all.LOWERINGS}
+    assert len(MAIN_JOB_ONLY) == 1
