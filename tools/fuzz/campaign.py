@@ -81,7 +81,7 @@ def run_campaign(seed: int, seconds: float, ops=None, runner: Optional[Runner] =
             if minimized[f.kind] < minimize_per_kind:
                 minimized[f.kind] += 1
                 f.minimized, f.minimized_verdict, _ = minimize(f.case, lambda c: classify(c, *runner.run(c)),
-                                                               minimize_budget)
+                                                               minimize_budget, expected=f.verdict)
     finally:
         report.seconds = time.monotonic() - start
         if own:

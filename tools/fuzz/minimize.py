@@ -110,9 +110,13 @@ def _same(a: Case, b: Case) -> bool:
     return True
 
 
-def minimize(case: Case, judge: Callable, budget: int = 300) -> tuple:
-    """(the smallest case found with ``case``'s class, its verdict, how many variants were tried)."""
+def minimize(case: Case, judge: Callable, budget: int = 300, expected=None) -> tuple:
+    """(the smallest case found with ``case``'s class, its verdict, how many variants were tried). With
+    ``expected`` (the verdict the campaign saw), a case whose re-run is classed otherwise is not minimized
+    but returned as not reproducible (its outcome depends on what ran before it)."""
     target = judge(case)
+    if expected is not None and target.cls != expected.cls:
+        return case, expected._replace(detail=f"NOT REPRODUCIBLE alone (re-run: {target.cls}): {expected.detail}"), 1
     best, tried = case, 0
     progress = True
     while progress and tried < budget:
