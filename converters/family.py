@@ -28,11 +28,16 @@ def unshielded_type(op_type: str) -> str:
     return op_type[len(_SHIELD_PREFIX):] if op_type.startswith(_SHIELD_PREFIX) else op_type
 
 
-def shield_family_nodes(graph) -> int:
-    """Give every family node of a tf2onnx ``graph`` its private type; returns how many there were."""
+def shield_nodes(graph, op_types) -> int:
+    """Give every node of a tf2onnx ``graph`` whose type is in ``op_types`` its private type; returns how many."""
     count = 0
     for node in graph.get_nodes():
-        if node.type in FAMILY_OPS:
+        if node.type in op_types:
             node.type = shielded_type(node.type)
             count += 1
     return count
+
+
+def shield_family_nodes(graph) -> int:
+    """Give every family node of a tf2onnx ``graph`` its private type; returns how many there were."""
+    return shield_nodes(graph, FAMILY_OPS)

@@ -91,3 +91,18 @@ def check_out_backprop(b: Lowering, index: int, data_format: str, expected) -> N
     if any(g >= 0 and g != want for g, want in zip(got, expected)):
         b.fail(f"input out_backprop ({b.inputs[index]!r}) has spatial dims {got}; "
                f"the forward convolution's output is {list(expected)}")
+
+
+def crop_full_to_input(b: Lowering, full: str, padded, height: int, width: int, tail, data_format: str,
+                       from_nchw) -> None:
+    """Emit output 0: ``full`` (NCHW, a transposed convolution over the padded input) padded at the end by
+    ``tail`` rows/cols where it stops short of the input, cropped to the input's window (which starts at the
+    leading pads), and transposed back to NHWC if the data is."""
+    import numpy as np
+
+    if any(tail):
+        full = b.op("Pad", full, b.const([0, 0, 0, 0, 0, 0, tail[0], tail[1]], np.int64))
+    starts = [padded[0][0], padded[1][0]]
+    cropped = b.op("Slice", full, b.const(starts, np.int64),
+                   b.const([starts[0] + height, starts[1] + width], np.int64), b.const([2, 3], np.int64))
+    b.emit(0, b.op("Transpose", cropped, perm=from_nchw) if data_format == "NHWC" else cropped)

@@ -39,7 +39,7 @@ from __future__ import annotations
 import numpy as np
 
 from converters.gradients._common import float_type
-from converters.gradients._conv import LAYOUTS, check_out_backprop, forward_geometry, layout, spatial
+from converters.gradients._conv import LAYOUTS, check_out_backprop, crop_full_to_input, forward_geometry, layout, spatial
 from converters.gradients.registry import gradient_op
 from converters.standard._builder import Lowering
 
@@ -150,9 +150,4 @@ def conv2d_backprop_input(ctx, node, lowering):
     tail = []
     for size, k, s, d, (before, _), n_out in zip((height, width), (kh, kw), strides, dilations, padded, (out_h, out_w)):
         tail.append(max(before + size - ((n_out - 1) * s + (k - 1) * d + 1), 0))
-    if any(tail):
-        full = b.op("Pad", full, b.const([0, 0, 0, 0, 0, 0, tail[0], tail[1]], np.int64))
-    starts = [padded[0][0], padded[1][0]]
-    cropped = b.op("Slice", full, b.const(starts, np.int64),
-                   b.const([starts[0] + height, starts[1] + width], np.int64), b.const([2, 3], np.int64))
-    b.emit(0, b.op("Transpose", cropped, perm=from_nchw) if data_format == "NHWC" else cropped)
+    crop_full_to_input(b, full, padded, height, width, tail, data_format, from_nchw)

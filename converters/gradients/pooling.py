@@ -17,7 +17,7 @@ import numpy as np
 from onnx import TensorProto
 
 from converters.gradients._common import daz, float_type
-from converters.gradients._conv import LAYOUTS, layout, output_size, pads, spatial
+from converters.gradients._conv import LAYOUTS, crop_full_to_input, layout, output_size, pads, spatial
 from converters.gradients.registry import gradient_op
 from converters.standard._builder import Lowering
 
@@ -129,9 +129,4 @@ def avg_pool_grad(ctx, node, lowering):
     full = b.op("ConvTranspose", grad, ones, strides=[sh, sw], group=channels)
     tail = [max(before + size - ((len(c) - 1) * s + k), 0)
             for size, k, s, (before, _), c in zip((height, width), (kh, kw), (sh, sw), padded, counts)]
-    if any(tail):
-        full = b.op("Pad", full, b.const([0, 0, 0, 0, 0, 0, tail[0], tail[1]], np.int64))
-    starts = [padded[0][0], padded[1][0]]
-    cropped = b.op("Slice", full, b.const(starts, np.int64),
-                   b.const([starts[0] + height, starts[1] + width], np.int64), b.const([2, 3], np.int64))
-    b.emit(0, b.op("Transpose", cropped, perm=from_nchw) if data_format == "NHWC" else cropped)
+    crop_full_to_input(b, full, padded, height, width, tail, data_format, from_nchw)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Callable, Dict
 
 from converters.errors import ConversionError
-from converters.family import shielded_type
+from converters.family import shield_nodes, shielded_type
 
 GradientHandler = Callable[[object, object, str], None]
 
@@ -48,12 +48,7 @@ def gradient_op_types() -> tuple:
 
 def shield_gradient_nodes(graph) -> int:
     """Give every node of a registered gradient op its private type; returns how many there were."""
-    count = 0
-    for node in graph.get_nodes():
-        if node.type in GRADIENT_HANDLERS:
-            node.type = shielded_type(node.type)
-            count += 1
-    return count
+    return shield_nodes(graph, GRADIENT_HANDLERS)
 
 
 def gradient_handlers(lowering: str, failures: list) -> dict:
