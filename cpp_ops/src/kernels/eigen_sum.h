@@ -3,10 +3,18 @@
 //
 // The reducer reads element i through `value(i)` (a callable), so the summed expression (e.g.
 // g[i] * mask[i]) is never materialized.
+//
+// The TFOPS_HD pieces (the split of a range, the folds, the combination of two halves) are shared
+// with the CUDA kernels, which compute the same sums in parallel (cuda/fake_quant.cu): a leaf's
+// element j (leaf-relative) in the 4-accumulator blocks belongs to the sequence j % 32 (accumulator
+// (j / 8) % 4, lane j % 8), and each of the 32 sequences is a chain of additions of its own.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
+
+#include "kernels/device.h"
 
 namespace tfops {
 namespace eigen_sum {
@@ -14,10 +22,36 @@ namespace eigen_sum {
 constexpr int64_t kLeafSize = 1024;  // Eigen's LeafSize<float>: leaves of up to 8*1024 values
 constexpr int64_t kPacket = 8;       // AVX float packet width of the official TF wheels
 
+constexpr int64_t kBlock = 4 * kPacket;  // values per block of the four packet accumulators
+
 // AVX horizontal sum of one 8-lane packet: lanes folded 4+4, then 2+2, then 1+1.
-inline float HorizontalSum(const float* v) {
+TFOPS_HD inline float HorizontalSum(const float* v) {
   const float h0 = v[0] + v[4], h1 = v[1] + v[5], h2 = v[2] + v[6], h3 = v[3] + v[7];
   return (h0 + h2) + (h1 + h3);
+}
+
+// One lane of the fold of the four packet accumulators into the first: acc0 + acc1, + acc2, + acc3.
+TFOPS_HD inline float FoldAccumulators(float a0, float a1, float a2, float a3) {
+  float acc = a0 + a1;
+  acc = acc + a2;
+  return acc + a3;
+}
+
+// A split node's sum: 0 + left, then + right (the +0 start turns a -0 left sum into +0).
+TFOPS_HD inline float CombineHalves(float left, float right) {
+  float acc = 0.0f;
+  acc = acc + left;
+  return acc + right;
+}
+
+// Whether a range of n values is summed as one leaf, and how many values its left half takes when
+// it is not: the split is at a packet-aligned midpoint (so every right half starts at a multiple of
+// kPacket when the whole range does).
+TFOPS_HD inline bool IsLeafRange(int64_t n) { return n <= kPacket * kLeafSize; }
+TFOPS_HD inline int64_t LeftCount(int64_t first, int64_t n) {
+  const int64_t half = (n + 1) / 2;
+  const int64_t split = kPacket * ((first + half + kPacket - 1) / kPacket);
+  return split - first < n ? split - first : n;
 }
 
 // Eigen's vectorized leaf: four packet accumulators over blocks of 32, folded into the first; the
@@ -36,9 +70,7 @@ float PacketLeaf(const F& value, int64_t first, int64_t n) {
         acc3[l] = acc3[l] + value(first + j + 3 * kPacket + l);
       }
     }
-    for (int64_t l = 0; l < kPacket; ++l) acc0[l] = acc0[l] + acc1[l];
-    for (int64_t l = 0; l < kPacket; ++l) acc0[l] = acc0[l] + acc2[l];
-    for (int64_t l = 0; l < kPacket; ++l) acc0[l] = acc0[l] + acc3[l];
+    for (int64_t l = 0; l < kPacket; ++l) acc0[l] = FoldAccumulators(acc0[l], acc1[l], acc2[l], acc3[l]);
     start = blocks;
   }
   if (start <= n - kPacket) {
@@ -56,13 +88,11 @@ float PacketLeaf(const F& value, int64_t first, int64_t n) {
 // Eigen's vectorized tree reduction: above 8*1024 values, split at a packet-aligned midpoint.
 template <typename F>
 float PacketTreeSum(const F& value, int64_t first, int64_t n) {
-  if (n > kPacket * kLeafSize) {
-    const int64_t half = (n + 1) / 2;
-    const int64_t split = kPacket * ((first + half + kPacket - 1) / kPacket);
-    const int64_t num_left = split - first < n ? split - first : n;
+  if (!IsLeafRange(n)) {
+    const int64_t num_left = LeftCount(first, n);
     float acc = 0.0f;
     acc = acc + PacketTreeSum(value, first, num_left);
-    if (num_left < n) acc = acc + PacketTreeSum(value, split, n - num_left);
+    if (num_left < n) acc = acc + PacketTreeSum(value, first + num_left, n - num_left);
     return acc;
   }
   return PacketLeaf(value, first, n);
@@ -77,12 +107,10 @@ struct Leaf {
 };
 
 inline void TreeLeaves(int64_t first, int64_t n, std::vector<Leaf>* leaves) {
-  if (n > kPacket * kLeafSize) {
-    const int64_t half = (n + 1) / 2;
-    const int64_t split = kPacket * ((first + half + kPacket - 1) / kPacket);
-    const int64_t num_left = split - first < n ? split - first : n;
+  if (!IsLeafRange(n)) {
+    const int64_t num_left = LeftCount(first, n);
     TreeLeaves(first, num_left, leaves);
-    if (num_left < n) TreeLeaves(split, n - num_left, leaves);
+    if (num_left < n) TreeLeaves(first + num_left, n - num_left, leaves);
     return;
   }
   leaves->push_back({first, n});
@@ -90,18 +118,73 @@ inline void TreeLeaves(int64_t first, int64_t n, std::vector<Leaf>* leaves) {
 
 // Adds the leaf sums `*next`, `*(next + stride)`, ... in PacketTreeSum's order over the same range.
 inline float TreeCombine(int64_t first, int64_t n, const float*& next, int64_t stride = 1) {
-  if (n > kPacket * kLeafSize) {
-    const int64_t half = (n + 1) / 2;
-    const int64_t split = kPacket * ((first + half + kPacket - 1) / kPacket);
-    const int64_t num_left = split - first < n ? split - first : n;
+  if (!IsLeafRange(n)) {
+    const int64_t num_left = LeftCount(first, n);
     float acc = 0.0f;
     acc = acc + TreeCombine(first, num_left, next, stride);
-    if (num_left < n) acc = acc + TreeCombine(split, n - num_left, next, stride);
+    if (num_left < n) acc = acc + TreeCombine(first + num_left, n - num_left, next, stride);
     return acc;
   }
   const float leaf = *next;
   next += stride;
   return leaf;
+}
+
+// ---------------------------------------------------------------- the tree by levels (for the GPU)
+//
+// The tree over [0, n) seen level by level. Every node starts at a multiple of kPacket, so a node's
+// split depends on its size only, and the splits are near halves: the sizes on one level differ by
+// a few packets. Hence the tree is complete down to the depth of its shallowest leaf, `depth`, and
+// every node on that level is either a leaf or splits into two leaves. A GPU kernel can then find
+// node j of that level by walking down the bits of j (NodeAt) and give each node one or two slots.
+struct TreeLevels {
+  int depth = 0;           // the shallowest leaf's depth; 2^depth nodes on that level
+  bool any_split = false;  // whether some node on that level splits into two leaves
+};
+
+// Returns false if the tree over [0, n) does not have that shape (never, for the splits above: the
+// check guards the kernels' assumption rather than a case known to occur).
+inline bool TreeLevelsOf(int64_t n, TreeLevels* levels) {
+  std::vector<int64_t> sizes{n}, next;
+  int depth = 0;
+  while (std::all_of(sizes.begin(), sizes.end(), [](int64_t s) { return !IsLeafRange(s); })) {
+    next.clear();
+    for (const int64_t s : sizes) {
+      const int64_t left = LeftCount(0, s);
+      next.push_back(left);
+      if (left < s) next.push_back(s - left);
+    }
+    std::sort(next.begin(), next.end());
+    next.erase(std::unique(next.begin(), next.end()), next.end());
+    sizes.swap(next);
+    if (++depth > 62) return false;
+  }
+  bool any_split = false;
+  for (const int64_t s : sizes) {
+    if (IsLeafRange(s)) continue;
+    const int64_t left = LeftCount(0, s);
+    if (left >= s || !IsLeafRange(left) || !IsLeafRange(s - left)) return false;
+    any_split = true;
+  }
+  levels->depth = depth;
+  levels->any_split = any_split;
+  return true;
+}
+
+// Node j (0 <= j < 2^depth, left to right) on level `depth` of the tree over [0, n), for the
+// `depth` of TreeLevelsOf (every node above it splits).
+TFOPS_HD inline Leaf NodeAt(int64_t n, int depth, int64_t j) {
+  Leaf node{0, n};
+  for (int d = depth - 1; d >= 0; --d) {
+    const int64_t left = LeftCount(node.first, node.count);
+    if ((j >> d) & 1) {
+      node.first += left;
+      node.count -= left;
+    } else {
+      node.count = left;
+    }
+  }
+  return node;
 }
 
 }  // namespace eigen_sum

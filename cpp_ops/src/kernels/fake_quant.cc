@@ -1,5 +1,6 @@
-// FakeQuant kernels. Every float operation below is one IEEE binary32 operation in the order TF's
-// Eigen expressions perform it (the library is built with -ffp-contract=off, so no FMA fusing).
+// FakeQuant CPU kernels. Every float operation is one IEEE binary32 operation in the order TF's
+// Eigen expressions perform it (the library is built with -ffp-contract=off, so no FMA fusing); the
+// per-element arithmetic is the TFOPS_HD functions of fake_quant.h, shared with the CUDA kernels.
 #include "kernels/fake_quant.h"
 
 #include <algorithm>
@@ -17,56 +18,53 @@ namespace {
 // Elements per parallel task: a shape-only choice, large enough to amortize scheduling.
 constexpr int64_t kGrain = 1 << 15;
 
-// TF stores the zero point as uint16 after std::round. A NaN zero point (min or max infinite) converts
-// the way x86 does it (cvttss2si gives INT_MIN, whose low 16 bits are 0), without C++ UB.
-uint16_t ZeroPointToUint16(float rounded) {
-  if (!(rounded >= 0.0f && rounded <= 65535.0f)) return 0;
-  return static_cast<uint16_t>(rounded);
-}
-
-// Eigen's cwiseMin/cwiseMax follow std::min/std::max: the first operand wins when a comparison
-// involves NaN, so a NaN input stays NaN.
-inline float ClampToGrid(float x, float lo, float hi) {
-  float c = hi < x ? hi : x;
-  return c < lo ? lo : c;
-}
-
 TFOPS_VECTOR_CLONES
 void ForwardMultiply(const float* x, float* y, int64_t n, float lo, float hi, float inv_scale, float quant_zero,
                      float scale) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float shifted = ClampToGrid(x[i], lo, hi) - lo;
-    y[i] = std::floor((shifted * inv_scale - quant_zero) + 0.5f) * scale;
-  }
+  for (int64_t i = 0; i < n; ++i) y[i] = FakeQuantMultiply(x[i], lo, hi, inv_scale, quant_zero, scale);
 }
 
 TFOPS_VECTOR_CLONES
 void ForwardDivide(const float* x, float* y, int64_t n, float lo, float hi, float scale, float quant_zero) {
+  for (int64_t i = 0; i < n; ++i) y[i] = FakeQuantDivide(x[i], lo, hi, scale, quant_zero);
+}
+
+// A grid with a NaN (from a NaN or infinite range) is the one case where an operation of the
+// forward can meet two NaNs, and which one x86 returns then depends on the operand order the
+// compiler picked, which differs between the clones. Such grids take this scalar loop, whose
+// operations return the NaN that FakeQuantX86Ops spells out (the first operand's), on every CPU;
+// the CUDA kernels recompute NaN elements with the same operations. With a NaN-free grid each
+// operation has at most one NaN operand, so the vectorized loops give the same NaNs in any order.
+void ForwardNanGrid(const float* x, float* y, int64_t n, const FakeQuantGrid& g, bool use_division) {
   for (int64_t i = 0; i < n; ++i) {
-    const float shifted = ClampToGrid(x[i], lo, hi) - lo;
-    y[i] = std::floor((shifted / scale - quant_zero) + 0.5f) * scale;
+    y[i] = use_division
+               ? FakeQuantDivide<FakeQuantX86Ops>(x[i], g.nudged_min, g.nudged_max, g.scale, g.quant_zero)
+               : FakeQuantMultiply<FakeQuantX86Ops>(x[i], g.nudged_min, g.nudged_max, g.inv_scale, g.quant_zero,
+                                                    g.scale);
   }
+}
+
+bool HasNan(const FakeQuantGrid& g) {
+  return FakeQuantIsNan(g.nudged_min) || FakeQuantIsNan(g.nudged_max) || FakeQuantIsNan(g.scale) ||
+         FakeQuantIsNan(g.inv_scale) || FakeQuantIsNan(g.quant_zero);
 }
 
 TFOPS_VECTOR_CLONES
 void GradientInRange(const float* g, const float* x, float* dx, int64_t n, float lo, float hi) {
-  // TF multiplies by a 0/1 mask under flush-to-zero; g * 1 may be folded to g, so the inside side
-  // flushes explicitly (g * 0 keeps TF's -0 and inf * 0 = NaN).
-  for (int64_t i = 0; i < n; ++i) {
-    const bool inside = x[i] >= lo && x[i] <= hi;
-    dx[i] = inside ? FlushDenormal(g[i]) : g[i] * 0.0f;
-  }
+  for (int64_t i = 0; i < n; ++i) dx[i] = FakeQuantMasked(g[i], x[i], lo, hi);
 }
 
 // Per-channel grids as arrays, so rows vectorize across channels. keep[c] is 0 for a channel whose
 // range is min == max == 0 (its output is 0, its dx is g and its sums are 0), else 1.
 struct ChannelGrids {
   std::vector<float> lo, hi, inv_scale, quant_zero, scale, keep;
+  bool any_nan = false;  // some kept channel's grid has a NaN (see ForwardNanGrid)
   ChannelGrids(const float* min, const float* max, int64_t channels, int quant_min, int quant_max)
       : lo(channels, 0.0f), hi(lo), inv_scale(lo), quant_zero(lo), scale(lo), keep(lo) {
     for (int64_t c = 0; c < channels; ++c) {
       if (FakeQuantRangeIsZero(min[c], max[c])) continue;
       const FakeQuantGrid grid = NudgeFakeQuantRange(min[c], max[c], quant_min, quant_max);
+      any_nan = any_nan || HasNan(grid);
       lo[c] = grid.nudged_min;
       hi[c] = grid.nudged_max;
       inv_scale[c] = grid.inv_scale;
@@ -82,13 +80,20 @@ void PerChannelForwardRowImpl(const float* __restrict x, float* __restrict y, in
                               const float* hi, const float* inv_scale, const float* quant_zero, const float* scale,
                               const float* keep) {
   for (int64_t c = 0; c < n; ++c) {
-    const float shifted = ClampToGrid(x[c], lo[c], hi[c]) - lo[c];
-    const float v = std::floor((shifted * inv_scale[c] - quant_zero[c]) + 0.5f) * scale[c];
+    const float v = FakeQuantMultiply(x[c], lo[c], hi[c], inv_scale[c], quant_zero[c], scale[c]);
     y[c] = keep[c] != 0.0f ? v : 0.0f;
   }
 }
 
 inline void PerChannelForwardRow(const float* x, float* y, int64_t n, const ChannelGrids& g) {
+  if (g.any_nan) {
+    for (int64_t c = 0; c < n; ++c) {
+      const float v = FakeQuantMultiply<FakeQuantX86Ops>(x[c], g.lo[c], g.hi[c], g.inv_scale[c], g.quant_zero[c],
+                                                         g.scale[c]);
+      y[c] = g.keep[c] != 0.0f ? v : 0.0f;
+    }
+    return;
+  }
   PerChannelForwardRowImpl(x, y, n, g.lo.data(), g.hi.data(), g.inv_scale.data(), g.quant_zero.data(),
                            g.scale.data(), g.keep.data());
 }
@@ -102,10 +107,10 @@ void PerChannelGradientRow(const float* __restrict g, const float* __restrict x,
   for (int64_t c = 0; c < n; ++c) {
     const float gv = g[c], xv = x[c];
     // As GradientInRange; a min == max == 0 channel copies g unflushed, as TF's Eigen copy does.
-    const float masked = (xv >= lo[c] && xv <= hi[c]) ? FlushDenormal(gv) : gv * 0.0f;
+    const float masked = FakeQuantMasked(gv, xv, lo[c], hi[c]);
     dx[c] = keep[c] != 0.0f ? masked : gv;
-    sum_min[c] = sum_min[c] + gv * (xv < lo[c] ? 1.0f : 0.0f);
-    sum_max[c] = sum_max[c] + gv * (xv > hi[c] ? 1.0f : 0.0f);
+    sum_min[c] = sum_min[c] + FakeQuantBelowTerm(gv, xv, lo[c]);
+    sum_max[c] = sum_max[c] + FakeQuantAboveTerm(gv, xv, hi[c]);
   }
 }
 
@@ -130,12 +135,12 @@ void PerChannelGradientLeaf(const float* g, const float* x, float* dx, int64_t c
   const int64_t whole = (leaf.count / P) * P;
   for (int64_t o = 0; o < blocks; ++o) row(o, acc_min[(o / P) % 4][o % P], acc_max[(o / P) % 4][o % P]);
   if (blocks > 0) {
-    for (int k = 1; k < 4; ++k) {
-      for (int64_t l = 0; l < P; ++l) {
-        for (int64_t c = 0; c < n; ++c) {
-          acc_min[0][l][c] = acc_min[0][l][c] + acc_min[k][l][c];
-          acc_max[0][l][c] = acc_max[0][l][c] + acc_max[k][l][c];
-        }
+    for (int64_t l = 0; l < P; ++l) {
+      for (int64_t c = 0; c < n; ++c) {
+        acc_min[0][l][c] = eigen_sum::FoldAccumulators(acc_min[0][l][c], acc_min[1][l][c], acc_min[2][l][c],
+                                                       acc_min[3][l][c]);
+        acc_max[0][l][c] = eigen_sum::FoldAccumulators(acc_max[0][l][c], acc_max[1][l][c], acc_max[2][l][c],
+                                                       acc_max[3][l][c]);
       }
     }
   }
@@ -156,38 +161,35 @@ void PerChannelGradientLeaf(const float* g, const float* x, float* dx, int64_t c
 
 FakeQuantGrid NudgeFakeQuantRange(float min, float max, int quant_min, int quant_max) {
   ScopedFlushDenormals flush;
-  const float qmin = static_cast<float>(quant_min);
-  const float qmax = static_cast<float>(quant_max);
-  FakeQuantGrid grid;
-  grid.scale = (max - min) / (qmax - qmin);
-  grid.inv_scale = (qmax - qmin) / (max - min);
-  const float zero_point_from_min = qmin - min / grid.scale;
-  uint16_t zero_point;
-  if (zero_point_from_min < qmin) {
-    zero_point = static_cast<uint16_t>(quant_min);
-  } else if (zero_point_from_min > qmax) {
-    zero_point = static_cast<uint16_t>(quant_max);
-  } else {
-    zero_point = ZeroPointToUint16(std::round(zero_point_from_min));
-  }
-  const float zp = static_cast<float>(zero_point);
-  grid.nudged_min = (qmin - zp) * grid.scale;
-  grid.nudged_max = (qmax - zp) * grid.scale;
-  grid.quant_zero = std::floor(-grid.nudged_min * grid.inv_scale + 0.5f);
-  return grid;
+  // FakeQuantX86Ops: a NaN or infinite range gives the same grid NaNs whatever order the compiler
+  // picks for the two-NaN product in quant_zero, and the same as the CUDA kernels' nudge.
+  return NudgeFakeQuantGrid<FakeQuantX86Ops>(min, max, quant_min, quant_max);
 }
 
 void FakeQuantForward(const float* x, float* y, int64_t n, const FakeQuantGrid& grid, bool use_division,
                       const Parallel& parallel) {
+  const bool nan_grid = HasNan(grid);
   parallel.ForRange(n, kGrain, [&](int64_t begin, int64_t end) {
     ScopedFlushDenormals flush;
-    if (use_division) {
+    if (nan_grid) {
+      ForwardNanGrid(x + begin, y + begin, end - begin, grid, use_division);
+    } else if (use_division) {
       ForwardDivide(x + begin, y + begin, end - begin, grid.nudged_min, grid.nudged_max, grid.scale, grid.quant_zero);
     } else {
       ForwardMultiply(x + begin, y + begin, end - begin, grid.nudged_min, grid.nudged_max, grid.inv_scale,
                       grid.quant_zero, grid.scale);
     }
   });
+}
+
+void FakeQuantVarsForward(const float* x, float* y, int64_t n, float min, float max, int quant_min, int quant_max,
+                          const Parallel& parallel) {
+  if (FakeQuantRangeIsZero(min, max)) {
+    parallel.ForRange(n, kGrain, [&](int64_t begin, int64_t end) { std::fill(y + begin, y + end, 0.0f); });
+    return;
+  }
+  const FakeQuantGrid grid = NudgeFakeQuantRange(min, max, quant_min, quant_max);
+  FakeQuantForward(x, y, n, grid, /*use_division=*/true, parallel);
 }
 
 void FakeQuantPerChannelForward(const float* x, float* y, int64_t rows, int64_t channels, const float* min,
@@ -230,9 +232,9 @@ void FakeQuantVarsGradient(const float* g, const float* x, int64_t n, float min,
     ScopedFlushDenormals flush;
     const eigen_sum::Leaf leaf = leaves[i];
     GradientInRange(g + leaf.first, x + leaf.first, dx + leaf.first, leaf.count, lo, hi);
-    sums[2 * i] = eigen_sum::PacketLeaf([&](int64_t j) { return g[j] * (x[j] < lo ? 1.0f : 0.0f); }, leaf.first,
+    sums[2 * i] = eigen_sum::PacketLeaf([&](int64_t j) { return FakeQuantBelowTerm(g[j], x[j], lo); }, leaf.first,
                                         leaf.count);
-    sums[2 * i + 1] = eigen_sum::PacketLeaf([&](int64_t j) { return g[j] * (x[j] > hi ? 1.0f : 0.0f); },
+    sums[2 * i + 1] = eigen_sum::PacketLeaf([&](int64_t j) { return FakeQuantAboveTerm(g[j], x[j], hi); },
                                             leaf.first, leaf.count);
   });
   ScopedFlushDenormals flush;  // for the combining additions on this thread

@@ -1,12 +1,22 @@
 // FakeQuantWithMinMax{Args,Vars,VarsPerChannel} and their gradients as plain functions over float
 // buffers, reproducing TensorFlow's CPU kernels bit for bit (docs/semantics.md section 1).
 // No ONNX Runtime types here; the adapters in cpp_ops/src/ort/fake_quant_ops.cc validate the inputs.
+//
+// The per-element arithmetic (the nudge of a range, the quantize-dequantize of one value, the
+// gradient mask and the summed terms) is in the TFOPS_HD functions below, which the CPU loops
+// (fake_quant.cc) and the CUDA kernels (cuda/fake_quant.cu) both call. They assume TF's
+// flush-to-zero/denormals-are-zero mode: on the CPU the caller holds ScopedFlushDenormals, on the
+// GPU the .cu files are compiled with -ftz=true (every float32 add, multiply, divide, compare and
+// floor then flushes subnormal operands and results the same way).
 #pragma once
+
+#include <math.h>
 
 #include <cmath>
 #include <cstdint>
-#include <limits>
+#include <cstring>
 
+#include "kernels/device.h"
 #include "kernels/parallel.h"
 
 namespace tfops {
@@ -20,18 +30,171 @@ struct FakeQuantGrid {
   float quant_zero;  // the grid index of 0, as TF computes it from the nudged range
 };
 
-// quant_min = narrow_range ? 1 : 0, quant_max = 2^num_bits - 1 (num_bits already checked to be 2..16).
-FakeQuantGrid NudgeFakeQuantRange(float min, float max, int quant_min, int quant_max);
+// ---------------------------------------------------------------- shared per-element arithmetic
+
+constexpr float kFakeQuantFloatMin = 1.17549435e-38f;  // FLT_MIN, the smallest normal float
+
+TFOPS_HD inline uint32_t FakeQuantBits(float v) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(v);
+#else
+  uint32_t u;
+  std::memcpy(&u, &v, sizeof u);
+  return u;
+#endif
+}
+
+TFOPS_HD inline float FakeQuantFromBits(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float v;
+  std::memcpy(&v, &u, sizeof v);
+  return v;
+#endif
+}
+
+TFOPS_HD inline bool FakeQuantIsNan(float v) { return (FakeQuantBits(v) & 0x7fffffffu) > 0x7f800000u; }
+
+// The float operations of the formulas below, as the hardware does them. On x86 (TF's CPU kernels
+// and ours) that includes which NaN a NaN result is; a GPU returns its one canonical NaN instead.
+struct FakeQuantHardwareOps {
+  TFOPS_HD static float Add(float a, float b) { return a + b; }
+  TFOPS_HD static float Sub(float a, float b) { return a - b; }
+  TFOPS_HD static float Mul(float a, float b) { return a * b; }
+  TFOPS_HD static float Div(float a, float b) { return a / b; }
+  TFOPS_HD static float Neg(float a) { return -a; }
+  TFOPS_HD static float Floor(float a) { return floorf(a); }
+};
+
+// The same operations with x86's NaN results spelled out (SSE/AVX, which TF's and our CPU kernels
+// use): a NaN operand comes out quieted (signaling bit set, sign and payload kept), the first
+// operand's when both are NaN; an invalid operation on numbers (inf - inf, 0 * inf, 0 / 0) gives
+// the default NaN 0xffc00000; negation flips the sign bit of a NaN too. Numbers are the hardware's,
+// flush-to-zero included. The CUDA kernels recompute an element whose result is NaN with these, so
+// that NaN outputs carry the CPU kernel's bits; on x86 they equal FakeQuantHardwareOps bit for bit
+// as long as the compiler keeps each operation's operand order (checked by the CPU emulation of the
+// CUDA kernels, see docs/cuda.md).
+struct FakeQuantX86Ops {
+  TFOPS_HD static float Quiet(float a) { return FakeQuantFromBits(FakeQuantBits(a) | 0x00400000u); }
+  TFOPS_HD static float NanOf(float a, float b) {
+    if (FakeQuantIsNan(a)) return Quiet(a);
+    if (FakeQuantIsNan(b)) return Quiet(b);
+    return FakeQuantFromBits(0xffc00000u);
+  }
+  TFOPS_HD static float Add(float a, float b) {
+    const float r = a + b;
+    return FakeQuantIsNan(r) ? NanOf(a, b) : r;
+  }
+  TFOPS_HD static float Sub(float a, float b) {
+    const float r = a - b;
+    return FakeQuantIsNan(r) ? NanOf(a, b) : r;
+  }
+  TFOPS_HD static float Mul(float a, float b) {
+    const float r = a * b;
+    return FakeQuantIsNan(r) ? NanOf(a, b) : r;
+  }
+  TFOPS_HD static float Div(float a, float b) {
+    const float r = a / b;
+    return FakeQuantIsNan(r) ? NanOf(a, b) : r;
+  }
+  TFOPS_HD static float Neg(float a) { return FakeQuantIsNan(a) ? FakeQuantFromBits(FakeQuantBits(a) ^ 0x80000000u) : -a; }
+  TFOPS_HD static float Floor(float a) { return FakeQuantIsNan(a) ? Quiet(a) : floorf(a); }
+};
+
+// A subnormal as the signed zero flush-to-zero makes of it; other values unchanged (NaNs keep their
+// bits). For results a compiler may produce without an arithmetic instruction (g * 1 folded to g),
+// where the FTZ mode cannot act.
+TFOPS_HD inline float FakeQuantFlush(float v) { return fabsf(v) < kFakeQuantFloatMin ? copysignf(0.0f, v) : v; }
 
 // Vars and PerChannel skip the nudge and output zeros when min == max == 0. TF compares with
 // denormals-are-zero on, so subnormal bounds count as 0.
-inline bool FakeQuantRangeIsZero(float min, float max) {
-  return std::fabs(min) < std::numeric_limits<float>::min() && std::fabs(max) < std::numeric_limits<float>::min();
+TFOPS_HD inline bool FakeQuantRangeIsZero(float min, float max) {
+  return fabsf(min) < kFakeQuantFloatMin && fabsf(max) < kFakeQuantFloatMin;
 }
+
+// TF stores the zero point as uint16 after rounding half away from zero. A NaN zero point (min or
+// max infinite) converts the way x86 does it (cvttss2si gives INT_MIN, whose low 16 bits are 0),
+// without C++ UB.
+TFOPS_HD inline uint16_t FakeQuantZeroPointToUint16(float rounded) {
+  if (!(rounded >= 0.0f && rounded <= 65535.0f)) return 0;
+  return static_cast<uint16_t>(rounded);
+}
+
+// The nudge (docs/semantics.md section 1.1), every step one float32 operation. The caller holds the
+// flush-to-zero mode (NudgeFakeQuantRange below does on the CPU; the GPU is compiled with it). The
+// device nudges with FakeQuantX86Ops, so a NaN or infinite range gives the CPU's NaN bits.
+template <class Ops = FakeQuantHardwareOps>
+TFOPS_HD inline FakeQuantGrid NudgeFakeQuantGrid(float min, float max, int quant_min, int quant_max) {
+  const float qmin = static_cast<float>(quant_min);
+  const float qmax = static_cast<float>(quant_max);
+  FakeQuantGrid grid;
+  grid.scale = Ops::Div(Ops::Sub(max, min), Ops::Sub(qmax, qmin));
+  grid.inv_scale = Ops::Div(Ops::Sub(qmax, qmin), Ops::Sub(max, min));
+  const float zero_point_from_min = Ops::Sub(qmin, Ops::Div(min, grid.scale));
+  uint16_t zero_point;
+  if (zero_point_from_min < qmin) {
+    zero_point = static_cast<uint16_t>(quant_min);
+  } else if (zero_point_from_min > qmax) {
+    zero_point = static_cast<uint16_t>(quant_max);
+  } else {
+    zero_point = FakeQuantZeroPointToUint16(roundf(zero_point_from_min));  // exact on both sides
+  }
+  const float zp = static_cast<float>(zero_point);
+  grid.nudged_min = Ops::Mul(Ops::Sub(qmin, zp), grid.scale);
+  grid.nudged_max = Ops::Mul(Ops::Sub(qmax, zp), grid.scale);
+  grid.quant_zero = Ops::Floor(Ops::Add(Ops::Mul(Ops::Neg(grid.nudged_min), grid.inv_scale), 0.5f));
+  return grid;
+}
+
+// Eigen's cwiseMin/cwiseMax follow std::min/std::max: the first operand wins when a comparison
+// involves NaN, so a NaN input stays NaN (and a NaN bound is ignored). Selections keep bits.
+TFOPS_HD inline float FakeQuantClamp(float x, float lo, float hi) {
+  const float c = hi < x ? hi : x;
+  return c < lo ? lo : c;
+}
+
+// Forward of Args and PerChannel: the shifted value times inv_scale (section 1.2).
+template <class Ops = FakeQuantHardwareOps>
+TFOPS_HD inline float FakeQuantMultiply(float x, float lo, float hi, float inv_scale, float quant_zero, float scale) {
+  const float shifted = Ops::Sub(FakeQuantClamp(x, lo, hi), lo);
+  return Ops::Mul(Ops::Floor(Ops::Add(Ops::Sub(Ops::Mul(shifted, inv_scale), quant_zero), 0.5f)), scale);
+}
+
+// Forward of Vars: the shifted value divided by scale (section 1.2).
+template <class Ops = FakeQuantHardwareOps>
+TFOPS_HD inline float FakeQuantDivide(float x, float lo, float hi, float scale, float quant_zero) {
+  const float shifted = Ops::Sub(FakeQuantClamp(x, lo, hi), lo);
+  return Ops::Mul(Ops::Floor(Ops::Add(Ops::Sub(Ops::Div(shifted, scale), quant_zero), 0.5f)), scale);
+}
+
+// dx = g * (lo <= x <= hi ? 1 : 0) (section 1.3). TF multiplies by a 0/1 mask under flush-to-zero;
+// g * 1 may be folded to g, so the inside side flushes explicitly (g * 0 keeps TF's -0 and
+// inf * 0 = NaN).
+template <class Ops = FakeQuantHardwareOps>
+TFOPS_HD inline float FakeQuantMasked(float g, float x, float lo, float hi) {
+  return (x >= lo && x <= hi) ? FakeQuantFlush(g) : Ops::Mul(g, 0.0f);
+}
+
+// The terms summed into dmin and dmax (section 1.4). Only ever used as an operand of a flushing
+// addition, so a folded g * 1 changes nothing. Which NaN a NaN sum is depends on the order in which
+// its NaN terms meet; that is not part of the exactness claim (the tests compare NaN sums as NaN).
+TFOPS_HD inline float FakeQuantBelowTerm(float g, float x, float lo) { return g * (x < lo ? 1.0f : 0.0f); }
+TFOPS_HD inline float FakeQuantAboveTerm(float g, float x, float hi) { return g * (x > hi ? 1.0f : 0.0f); }
+
+// ---------------------------------------------------------------- CPU kernels
+
+// quant_min = narrow_range ? 1 : 0, quant_max = 2^num_bits - 1 (num_bits already checked to be 2..16).
+// NudgeFakeQuantGrid under ScopedFlushDenormals (callable from any thread).
+FakeQuantGrid NudgeFakeQuantRange(float min, float max, int quant_min, int quant_max);
 
 // Forward. `use_division`: Vars divides by scale; Args and PerChannel multiply by inv_scale.
 void FakeQuantForward(const float* x, float* y, int64_t n, const FakeQuantGrid& grid, bool use_division,
                       const Parallel& parallel);
+
+// Vars forward from its (min, max): zeros when min == max == 0, else FakeQuantForward with division.
+void FakeQuantVarsForward(const float* x, float* y, int64_t n, float min, float max, int quant_min, int quant_max,
+                          const Parallel& parallel);
 
 // PerChannel forward: x viewed as [rows, channels], channel c uses min[c], max[c].
 void FakeQuantPerChannelForward(const float* x, float* y, int64_t rows, int64_t channels, const float* min,
