@@ -428,6 +428,19 @@ void LoadOnnxRuntime(const std::string& path) {
   std::cout << "onnxruntime " << base->GetVersionString() << " (C API " << ORT_API_VERSION << ") from " << path << "\n";
 }
 
+// How many ops of the custom-op library have a CUDA kernel (its exported TfOpsCudaKernelCount), or -1 when the
+// library does not say (a build older than the CUDA kernels). ONNX Runtime has opened the library already; this
+// takes and drops one more reference.
+int CudaKernelCount(const std::string& library) {
+  void* handle = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) return -1;
+  using CountFn = int (*)();
+  auto count = reinterpret_cast<CountFn>(dlsym(handle, "TfOpsCudaKernelCount"));
+  const int n = count ? count() : -1;
+  dlclose(handle);
+  return n;
+}
+
 // Adds the CUDA execution provider. Returns false (with the reason in `why`) when it cannot be added.
 bool AppendCuda(Ort::SessionOptions& session_options, const Options& o, std::string& why) {
   const OrtApi& api = Ort::GetApi();
@@ -482,6 +495,14 @@ int Run(const Options& o) {
     }
   }
   std::cout << "provider: " << provider << "\n";
+  const int cuda_kernels = CudaKernelCount(o.library);
+  std::cout << "custom-op library: " << o.library << " ("
+            << (cuda_kernels < 0 ? std::string("does not report CUDA kernels")
+                                 : std::to_string(cuda_kernels) + " ops with a CUDA kernel")
+            << ")\n";
+  if (provider == "CUDAExecutionProvider" && cuda_kernels <= 0) {
+    std::cout << "note: the library has no CUDA kernels: ONNX Runtime runs the domain's nodes on the CPU\n";
+  }
 
   Ort::Session session(env, o.model.c_str(), session_options);
   Ort::AllocatorWithDefaultOptions allocator;
