@@ -1,7 +1,11 @@
 // ORT adapters for FakeQuantWithMinMax{Args,Vars,VarsPerChannel}(+Gradient): attribute and input
-// validation with TF's messages (docs/semantics.md section 1.5), then the kernels in kernels/fake_quant.h.
+// validation with TF's messages (docs/semantics.md section 1.5), then the kernels in kernels/fake_quant.h
+// (CPU EP) or kernels/cuda/fake_quant.h (CUDA EP). On the CUDA EP the scalar min/max of the Vars ops are
+// host inputs (nudged on the host); the per-channel min/max vectors stay on the device.
 #include <algorithm>
 
+#include "kernels/cuda/fake_quant.h"
+#include "kernels/device.h"
 #include "kernels/fake_quant.h"
 #include "kernels/simd.h"
 #include "ort/op_base.h"
@@ -71,11 +75,18 @@ void SameShapeAs(ShapeInference& ctx, std::size_t input, std::size_t output) {
 class FakeQuantWithMinMaxArgs {
  public:
   static constexpr const char* kName = "FakeQuantWithMinMaxArgs";
+  static constexpr bool kHasCudaKernel = true;
   explicit FakeQuantWithMinMaxArgs(const KernelAttributes& attrs) : grid_(ArgsGrid(attrs, FakeQuantBits(attrs))) {}
 
   void Compute(KernelContext& ctx) const {
     const Tensor x = ctx.Input(0);
     float* y = ctx.Output<float>(0, x.shape);
+    if constexpr (kWithCuda) {
+      if (ctx.OnCuda()) {
+        cuda::FakeQuantForward(x.Data<float>(), y, x.size, grid_, /*use_division=*/false, ctx.Cuda());
+        return;
+      }
+    }
     FakeQuantForward(x.Data<float>(), y, x.size, grid_, /*use_division=*/false, ctx.parallel());
   }
   static void InferShapes(ShapeInference& ctx) { SameShapeAs(ctx, 0, 0); }
@@ -87,6 +98,7 @@ class FakeQuantWithMinMaxArgs {
 class FakeQuantWithMinMaxArgsGradient {
  public:
   static constexpr const char* kName = "FakeQuantWithMinMaxArgsGradient";
+  static constexpr bool kHasCudaKernel = true;
   explicit FakeQuantWithMinMaxArgsGradient(const KernelAttributes& attrs)
       : grid_(ArgsGrid(attrs, FakeQuantBits(attrs))) {}
 
@@ -100,6 +112,12 @@ class FakeQuantWithMinMaxArgsGradient {
           "same size and shape.  Input 0: " + ShapeString(g.shape) + " != input 1: " + ShapeString(x.shape));
     }
     float* dx = ctx.Output<float>(0, x.shape);
+    if constexpr (kWithCuda) {
+      if (ctx.OnCuda()) {
+        cuda::FakeQuantGradientInput(g.Data<float>(), x.Data<float>(), dx, x.size, grid_, ctx.Cuda());
+        return;
+      }
+    }
     FakeQuantGradientInput(g.Data<float>(), x.Data<float>(), dx, x.size, grid_, ctx.parallel());
   }
   static void InferShapes(ShapeInference& ctx) { SameShapeAs(ctx, 1, 0); }
@@ -111,6 +129,8 @@ class FakeQuantWithMinMaxArgsGradient {
 class FakeQuantWithMinMaxVars {
  public:
   static constexpr const char* kName = "FakeQuantWithMinMaxVars";
+  static constexpr bool kHasCudaKernel = true;
+  static constexpr unsigned kHostInputs = (1u << 1) | (1u << 2);  // min, max
   explicit FakeQuantWithMinMaxVars(const KernelAttributes& attrs) : bits_(attrs) {}
 
   void Compute(KernelContext& ctx) const {
@@ -118,13 +138,14 @@ class FakeQuantWithMinMaxVars {
     RequireScalar(min, "min");
     RequireScalar(max, "max");
     float* y = ctx.Output<float>(0, x.shape);
-    const float lo = min.Scalar<float>(), hi = max.Scalar<float>();
-    if (FakeQuantRangeIsZero(lo, hi)) {
-      std::fill(y, y + x.size, 0.0f);
-      return;
+    const float lo = min.Scalar<float>(), hi = max.Scalar<float>();  // host memory on either EP
+    if constexpr (kWithCuda) {
+      if (ctx.OnCuda()) {
+        cuda::FakeQuantVarsForward(x.Data<float>(), y, x.size, lo, hi, bits_.quant_min, bits_.quant_max, ctx.Cuda());
+        return;
+      }
     }
-    const FakeQuantGrid grid = NudgeFakeQuantRange(lo, hi, bits_.quant_min, bits_.quant_max);
-    FakeQuantForward(x.Data<float>(), y, x.size, grid, /*use_division=*/true, ctx.parallel());
+    FakeQuantVarsForward(x.Data<float>(), y, x.size, lo, hi, bits_.quant_min, bits_.quant_max, ctx.parallel());
   }
   static void InferShapes(ShapeInference& ctx) { SameShapeAs(ctx, 0, 0); }
 
@@ -135,6 +156,8 @@ class FakeQuantWithMinMaxVars {
 class FakeQuantWithMinMaxVarsGradient {
  public:
   static constexpr const char* kName = "FakeQuantWithMinMaxVarsGradient";
+  static constexpr bool kHasCudaKernel = true;
+  static constexpr unsigned kHostInputs = (1u << 2) | (1u << 3);  // min, max
   explicit FakeQuantWithMinMaxVarsGradient(const KernelAttributes& attrs) : bits_(attrs) {}
 
   void Compute(KernelContext& ctx) const {
@@ -145,6 +168,13 @@ class FakeQuantWithMinMaxVarsGradient {
     float* dx = ctx.Output<float>(0, x.shape);
     float* dmin = ctx.Output<float>(1, {});
     float* dmax = ctx.Output<float>(2, {});
+    if constexpr (kWithCuda) {
+      if (ctx.OnCuda()) {
+        cuda::FakeQuantVarsGradient(g.Data<float>(), x.Data<float>(), x.size, min.Scalar<float>(), max.Scalar<float>(),
+                                    bits_.quant_min, bits_.quant_max, dx, dmin, dmax, ctx.Cuda());
+        return;
+      }
+    }
     FakeQuantVarsGradient(g.Data<float>(), x.Data<float>(), x.size, min.Scalar<float>(), max.Scalar<float>(),
                           bits_.quant_min, bits_.quant_max, dx, dmin, dmax, ctx.parallel());
   }
@@ -161,6 +191,7 @@ class FakeQuantWithMinMaxVarsGradient {
 class FakeQuantWithMinMaxVarsPerChannel {
  public:
   static constexpr const char* kName = "FakeQuantWithMinMaxVarsPerChannel";
+  static constexpr bool kHasCudaKernel = true;  // min and max stay on the device
   explicit FakeQuantWithMinMaxVarsPerChannel(const KernelAttributes& attrs) : bits_(attrs) {}
 
   void Compute(KernelContext& ctx) const {
@@ -168,6 +199,13 @@ class FakeQuantWithMinMaxVarsPerChannel {
     const int64_t depth = RequireChannelRanges(x, min, max);
     float* y = ctx.Output<float>(0, x.shape);
     const int64_t rows = depth > 0 ? x.size / depth : 0;
+    if constexpr (kWithCuda) {
+      if (ctx.OnCuda()) {
+        cuda::FakeQuantPerChannelForward(x.Data<float>(), y, rows, depth, min.Data<float>(), max.Data<float>(),
+                                         bits_.quant_min, bits_.quant_max, ctx.Cuda());
+        return;
+      }
+    }
     FakeQuantPerChannelForward(x.Data<float>(), y, rows, depth, min.Data<float>(), max.Data<float>(),
                                bits_.quant_min, bits_.quant_max, ctx.parallel());
   }
@@ -180,6 +218,7 @@ class FakeQuantWithMinMaxVarsPerChannel {
 class FakeQuantWithMinMaxVarsPerChannelGradient {
  public:
   static constexpr const char* kName = "FakeQuantWithMinMaxVarsPerChannelGradient";
+  static constexpr bool kHasCudaKernel = true;  // min and max stay on the device
   explicit FakeQuantWithMinMaxVarsPerChannelGradient(const KernelAttributes& attrs) : bits_(attrs) {}
 
   void Compute(KernelContext& ctx) const {
@@ -190,6 +229,14 @@ class FakeQuantWithMinMaxVarsPerChannelGradient {
     float* dmin = ctx.Output<float>(1, {depth});
     float* dmax = ctx.Output<float>(2, {depth});
     const int64_t rows = depth > 0 ? x.size / depth : 0;
+    if constexpr (kWithCuda) {
+      if (ctx.OnCuda()) {
+        cuda::FakeQuantPerChannelGradient(g.Data<float>(), x.Data<float>(), rows, depth, min.Data<float>(),
+                                          max.Data<float>(), bits_.quant_min, bits_.quant_max, dx, dmin, dmax,
+                                          ctx.Cuda());
+        return;
+      }
+    }
     FakeQuantPerChannelGradient(g.Data<float>(), x.Data<float>(), rows, depth, min.Data<float>(), max.Data<float>(),
                                 bits_.quant_min, bits_.quant_max, dx, dmin, dmax, ctx.parallel());
   }
