@@ -242,13 +242,15 @@ __device__ inline int64_t BlockRows(int64_t count) {
 
 // Pass 1: thread (slot, t), t = q * channels + c, adds the leaf's rows q, q + 32, ... below
 // BlockRows (its accumulator lane), writes dx of those elements and of the leftover row
-// BlockRows + q, and stores its two accumulators at part_*[slot * 32 * channels + t].
+// BlockRows + q, and stores its two accumulators at part_*[slot * sequences * channels + t].
+// `sequences` is 32, or the row count when there are fewer rows (then no leaf has blocks and
+// pass 1 only writes dx).
 template <class Ranges>
 __global__ void __launch_bounds__(kThreadsPerBlock)
     GradientLeafPass(const float* __restrict__ g, const float* __restrict__ x, float* __restrict__ dx, int64_t rows,
-                     int64_t channels, int depth, int slots_per_node, Ranges ranges, float* __restrict__ part_min,
-                     float* __restrict__ part_max) {
-  const int64_t per_slot = kBlockRows * channels;
+                     int64_t channels, int64_t sequences, int depth, int slots_per_node, Ranges ranges,
+                     float* __restrict__ part_min, float* __restrict__ part_max) {
+  const int64_t per_slot = sequences * channels;
   const int64_t items = (static_cast<int64_t>(slots_per_node) << depth) * per_slot;
   const int64_t stride = static_cast<int64_t>(blockDim.x) * gridDim.x;
   for (int64_t id = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; id < items; id += stride) {
@@ -260,7 +262,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
     const int64_t c = t - q * channels;
     const ChannelRange r = ranges(c);
     const int64_t blocks = BlockRows(leaf.count);
-    const int64_t step = per_slot;  // 32 rows
+    const int64_t step = kBlockRows * channels;  // 32 rows
     float acc_min = 0.0f, acc_max = 0.0f;
     int64_t o = q;
     int64_t e = leaf.first * channels + t;  // element (leaf.first + o, c)
@@ -303,6 +305,8 @@ struct SumPair {
 __device__ SumPair FinishLeaf(const float* __restrict__ g, const float* __restrict__ x, int64_t channels, int64_t c,
                               const ChannelRange& r, eigen_sum::Leaf leaf, int64_t slot,
                               const float* __restrict__ part_min, const float* __restrict__ part_max) {
+  // Only a leaf with blocks reads pass 1's accumulators; it has 32 or more rows, so pass 1 ran with
+  // 32 sequences per slot.
   constexpr int P = static_cast<int>(eigen_sum::kPacket);
   const int64_t blocks = BlockRows(leaf.count);
   const int64_t whole = (leaf.count / P) * P;
@@ -449,7 +453,8 @@ void LaunchGradient(const float* g, const float* x, int64_t rows, int64_t channe
   }
   const int slots_per_node = levels.any_split ? 2 : 1;
   const int64_t nodes = static_cast<int64_t>(1) << levels.depth;
-  const int64_t part_items = nodes * slots_per_node * kBlockRows * channels;
+  const int64_t sequences = rows < kBlockRows ? rows : kBlockRows;  // fewer rows: one leaf without blocks
+  const int64_t part_items = nodes * slots_per_node * sequences * channels;
   const int64_t node_items = nodes * channels;
   if (launch.scratch == nullptr) throw DeviceError("FakeQuant gradient: no scratch allocator");
   float* scratch = launch.scratch->Array<float>(static_cast<std::size_t>(2 * part_items + 2 * node_items));
@@ -460,7 +465,7 @@ void LaunchGradient(const float* g, const float* x, int64_t rows, int64_t channe
   const cudaStream_t stream = StreamOf(launch);
 
   GradientLeafPass<Ranges><<<BlocksFor(part_items), kThreadsPerBlock, 0, stream>>>(
-      g, x, dx, rows, channels, levels.depth, slots_per_node, ranges, part_min, part_max);
+      g, x, dx, rows, channels, sequences, levels.depth, slots_per_node, ranges, part_min, part_max);
   CheckLaunch("FakeQuant gradient (leaf pass)");
   GradientNodePass<Ranges><<<BlocksFor(node_items), kThreadsPerBlock, 0, stream>>>(
       g, x, rows, channels, levels.depth, slots_per_node, ranges, part_min, part_max, node_min, node_max);
