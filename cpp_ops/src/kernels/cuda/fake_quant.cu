@@ -266,18 +266,40 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
     float acc_min = 0.0f, acc_max = 0.0f;
     int64_t o = q;
     int64_t e = leaf.first * channels + t;  // element (leaf.first + o, c)
-    for (; o + (kUnroll - 1) * kBlockRows < blocks; o += kUnroll * kBlockRows, e += kUnroll * step) {
+    // Batches of kUnroll rows, the next batch's loads issued before the current one is added, so
+    // that each thread keeps loads in flight while its two chains of additions run.
+    constexpr int64_t kBatch = kUnroll * kBlockRows;
+    if (o + kBatch - kBlockRows < blocks) {
       float gv[kUnroll], xv[kUnroll];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         gv[u] = g[e + u * step];
         xv[u] = x[e + u * step];
       }
+      for (;;) {
+        const bool more = o + 2 * kBatch - kBlockRows < blocks;
+        float gn[kUnroll], xn[kUnroll];
+        if (more) {
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        dx[e + u * step] = GradientValue(r, gv[u], xv[u]);
-        acc_min = acc_min + FakeQuantBelowTerm(gv[u], xv[u], r.lo);
-        acc_max = acc_max + FakeQuantAboveTerm(gv[u], xv[u], r.hi);
+          for (int u = 0; u < kUnroll; ++u) {
+            gn[u] = g[e + (kUnroll + u) * step];
+            xn[u] = x[e + (kUnroll + u) * step];
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          dx[e + u * step] = GradientValue(r, gv[u], xv[u]);
+          acc_min = acc_min + FakeQuantBelowTerm(gv[u], xv[u], r.lo);
+          acc_max = acc_max + FakeQuantAboveTerm(gv[u], xv[u], r.hi);
+        }
+        o += kBatch;
+        e += kUnroll * step;
+        if (!more) break;
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          gv[u] = gn[u];
+          xv[u] = xn[u];
+        }
       }
     }
     for (; o < blocks; o += kBlockRows, e += step) {
