@@ -72,9 +72,10 @@ struct FakeQuantHardwareOps {
 // operand's when both are NaN; an invalid operation on numbers (inf - inf, 0 * inf, 0 / 0) gives
 // the default NaN 0xffc00000; negation flips the sign bit of a NaN too. Numbers are the hardware's,
 // flush-to-zero included. The CUDA kernels recompute an element whose result is NaN with these, so
-// that NaN outputs carry the CPU kernel's bits; on x86 they equal FakeQuantHardwareOps bit for bit
-// as long as the compiler keeps each operation's operand order (checked by the CPU emulation of the
-// CUDA kernels, see docs/cuda.md).
+// that NaN outputs carry the CPU kernel's bits. On x86 they equal FakeQuantHardwareOps bit for bit
+// except where an operation meets two NaNs and the compiler swapped its operands; that happens only
+// with a grid that holds a NaN, and the CPU kernels compute those grids with these operations too
+// (fake_quant.cc, ForwardNanGrid).
 struct FakeQuantX86Ops {
   TFOPS_HD static float Quiet(float a) { return FakeQuantFromBits(FakeQuantBits(a) | 0x00400000u); }
   TFOPS_HD static float NanOf(float a, float b) {
