@@ -106,11 +106,16 @@ struct ChunkParams {  // given ranges: kernel arguments, staged in shared memory
 // ---------------------------------------------------------------- forward, element-wise
 
 // One element: the shared arithmetic, then TF's choice where the input and the step are both NaN.
-template <typename T, bool kClamp, bool kHalfUp>
-__device__ __forceinline__ T QuantizeElement(T v, const QdqParams<T>& p, const NanRule& rule, int64_t r, int64_t q,
+// position(&r, &q) gives the element's place in its channel; it is called only in that rare case.
+template <typename T, bool kClamp, bool kHalfUp, typename Position>
+__device__ __forceinline__ T QuantizeElement(T v, const QdqParams<T>& p, const NanRule& rule, const Position& position,
                                              int64_t pre, int64_t post) {
   T out = qdq::QuantizeOne<ExplicitArith, kClamp, kHalfUp>(v, p.min_range, p.max_range, p.scale, p.inverse);
-  if (qdq::IsNan(v) && qdq::IsNan(p.inverse)) out = qdq::NanResult(v, p.inverse, rule.KeepsInputNan(r, q, pre, post));
+  if (qdq::IsNan(v) && qdq::IsNan(p.inverse)) {
+    int64_t r, q;
+    position(&r, &q);
+    out = qdq::NanResult(v, p.inverse, rule.KeepsInputNan(r, q, pre, post));
+  }
   return out;
 }
 
@@ -123,7 +128,13 @@ __global__ void __launch_bounds__(kThreads) QdqFlatKernel(const T* __restrict__ 
   const QdqParams<T> p = source.Get(0);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t start = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  auto one = [&](int64_t i, T v) { return QuantizeElement<T, kClamp, kHalfUp>(v, p, rule, i / post, i % post, pre, post); };
+  auto one = [&](int64_t i, T v) {
+    auto position = [i, post](int64_t* r, int64_t* q) {
+      *r = i / post;
+      *q = i % post;
+    };
+    return QuantizeElement<T, kClamp, kHalfUp>(v, p, rule, position, pre, post);
+  };
   int64_t tail = 0;
   if constexpr (kVector) {
     constexpr int V = 16 / sizeof(T);
@@ -186,7 +197,12 @@ __global__ void __launch_bounds__(kThreads)
     for (int u = 0; u < kUnroll; ++u) {
       if (index[u] < 0) continue;
       const QdqParams<T> p = source.Get(channel[u]);
-      y[index[u]] = QuantizeElement<T, kClamp, kHalfUp>(v[u], p, rule, row[u], q[u], pre, post);
+      const int64_t r = static_cast<int64_t>(row[u]), qu = static_cast<int64_t>(q[u]);
+      auto position = [r, qu](int64_t* rp, int64_t* qp) {
+        *rp = r;
+        *qp = qu;
+      };
+      y[index[u]] = QuantizeElement<T, kClamp, kHalfUp>(v[u], p, rule, position, pre, post);
     }
   }
 }
@@ -234,37 +250,54 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// One block of 2 * L threads: the lanes over all blocks, then (one thread) the rest of Eigen's
-// reduction over [whole4, n) and the parameters.
+// One block of kRangeThreads threads: lane l's partials over all blocks (kRangeThreads / L threads per
+// lane, then one), the elements [whole4, n) staged in shared memory, then one thread runs the rest of
+// Eigen's reduction and computes the parameters.
+constexpr int kRangeThreads = 1024;
+
 template <typename T>
-__global__ void TensorRangeKernel(const T* __restrict__ x, int64_t n, const LaneExtreme<T>* partial_lo,
-                                  const LaneExtreme<T>* partial_hi, int64_t blocks, QdqGrid grid, QdqParams<T>* params) {
+__global__ void __launch_bounds__(kRangeThreads)
+    TensorRangeKernel(const T* __restrict__ x, int64_t n, const LaneExtreme<T>* partial_lo,
+                      const LaneExtreme<T>* partial_hi, int64_t blocks, QdqGrid grid, QdqParams<T>* params) {
   constexpr int L = kLanes<T>;
   constexpr int W = qdq_order::PacketWidth<T>();
-  __shared__ T s_lo[L], s_hi[L];
+  constexpr int kPerLane = kRangeThreads / L;
+  static_assert(kRangeThreads % L == 0, "whole sets of lanes");
+  __shared__ LaneExtreme<T> s_lo[kRangeThreads], s_hi[kRangeThreads];
+  __shared__ T s_tail[L];
   const int lane = threadIdx.x % L;
+  const int slot = threadIdx.x / L;
+  LaneExtreme<T> lo = qdq_order::LaneInit<T, false>(), hi = qdq_order::LaneInit<T, true>();
+  for (int64_t b = slot; b < blocks; b += kPerLane) {
+    lo = qdq_order::LaneCombine<T, false>(lo, partial_lo[b * L + lane]);
+    hi = qdq_order::LaneCombine<T, true>(hi, partial_hi[b * L + lane]);
+  }
+  s_lo[threadIdx.x] = lo;
+  s_hi[threadIdx.x] = hi;
+  const int64_t whole4 = (n / L) * L;
+  if (whole4 + threadIdx.x < n) s_tail[threadIdx.x] = x[whole4 + threadIdx.x];  // fewer than L elements
+  __syncthreads();
   if (threadIdx.x < L) {
-    LaneExtreme<T> a = qdq_order::LaneInit<T, false>();
-    for (int64_t b = 0; b < blocks; ++b) a = qdq_order::LaneCombine<T, false>(a, partial_lo[b * L + lane]);
-    s_lo[lane] = a.value;
-  } else if (threadIdx.x < 2 * L) {
-    LaneExtreme<T> a = qdq_order::LaneInit<T, true>();
-    for (int64_t b = 0; b < blocks; ++b) a = qdq_order::LaneCombine<T, true>(a, partial_hi[b * L + lane]);
-    s_hi[lane] = a.value;
+    for (int k = 1; k < kPerLane; ++k) {
+      lo = qdq_order::LaneCombine<T, false>(lo, s_lo[k * L + lane]);
+      hi = qdq_order::LaneCombine<T, true>(hi, s_hi[k * L + lane]);
+    }
+    s_lo[lane] = lo;  // slot 0 is this thread's own entry
+    s_hi[lane] = hi;
   }
   __syncthreads();
   if (threadIdx.x != 0) return;
   T acc_lo[4][W], acc_hi[4][W];
   for (int k = 0; k < 4; ++k) {
     for (int l = 0; l < W; ++l) {
-      acc_lo[k][l] = s_lo[k * W + l];
-      acc_hi[k][l] = s_hi[k * W + l];
+      acc_lo[k][l] = s_lo[k * W + l].value;
+      acc_hi[k][l] = s_hi[k * W + l].value;
     }
   }
-  auto value = [x](int64_t j) { return x[j]; };
-  const T lo = qdq_order::EigenFinish<ExplicitArith, T, false>(acc_lo, value, n);
-  const T hi = qdq_order::EigenFinish<ExplicitArith, T, true>(acc_hi, value, n);
-  params[0] = qdq::ComputeRange<ExplicitArith>(lo, hi, grid);
+  auto value = [whole4](int64_t j) { return s_tail[j - whole4]; };  // EigenFinish reads only [whole4, n)
+  const T min_range = qdq_order::EigenFinish<ExplicitArith, T, false>(acc_lo, value, n);
+  const T max_range = qdq_order::EigenFinish<ExplicitArith, T, true>(acc_hi, value, n);
+  params[0] = qdq::ComputeRange<ExplicitArith>(min_range, max_range, grid);
 }
 
 // ---------------------------------------------------------------- per-axis data range
@@ -539,7 +572,7 @@ void TensorRange(const T* x, int64_t n, QdqGrid grid, QdqParams<T>* params, cons
     TensorLanesKernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(x, whole4, partial_lo, partial_hi);
     CheckLaunch("QuantizeAndDequantize (range)");
   }
-  TensorRangeKernel<T><<<1, 2 * L, 0, stream>>>(x, n, partial_lo, partial_hi, blocks, grid, params);
+  TensorRangeKernel<T><<<1, kRangeThreads, 0, stream>>>(x, n, partial_lo, partial_hi, blocks, grid, params);
   CheckLaunch("QuantizeAndDequantize (range)");
 }
 
