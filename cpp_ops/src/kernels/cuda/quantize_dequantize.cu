@@ -87,7 +87,14 @@ struct DeviceParams {  // computed on the device (a data range), in global memor
 };
 
 template <typename T>
-struct ChunkParams {  // given ranges: kernel arguments, staged in shared memory
+struct ValueParams {  // one given range: a kernel argument
+  QdqParams<T> params;
+  __device__ void Prepare() const {}
+  __device__ QdqParams<T> Get(int64_t) const { return params; }
+};
+
+template <typename T>
+struct ChunkParams {  // given ranges of several channels: kernel arguments, staged in shared memory
   ParamChunk<T> chunk;
   int count;
   __device__ void Prepare() const {
@@ -632,6 +639,10 @@ void Forward(const T* x, T* y, const QdqView& view, const T* given_min, const T*
   if constexpr (kClamp) {
     // Given ranges: parameters on the host, exactly as the CPU kernel computes them, then by value.
     const std::vector<QdqParams<T>> host = GivenRangeParams(given_min, given_max, view.depth, options);
+    if (view.depth == 1) {
+      LaunchFlat<T, kClamp, kHalfUp>(x, y, n, ValueParams<T>{host[0]}, rule, view, launch);
+      return;
+    }
     constexpr int64_t kChunk = ParamChunk<T>::kCapacity;
     for (int64_t c0 = 0; c0 < view.depth; c0 += kChunk) {
       ChunkParams<T> source{};
@@ -642,11 +653,7 @@ void Forward(const T* x, T* y, const QdqView& view, const T* given_min, const T*
         source.chunk.scale[c] = host[c0 + c].scale;
         source.chunk.inverse[c] = host[c0 + c].inverse;
       }
-      if (view.depth == 1) {
-        LaunchFlat<T, kClamp, kHalfUp>(x, y, n, source, rule, view, launch);
-      } else {
-        LaunchAxis<T, kClamp, kHalfUp>(x, y, view, c0, source.count, source, rule, launch);
-      }
+      LaunchAxis<T, kClamp, kHalfUp>(x, y, view, c0, source.count, source, rule, launch);
     }
   } else {
     (void)given_min;
