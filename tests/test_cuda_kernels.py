@@ -704,16 +704,39 @@ def test_self_backends_cuda_runner_is_registered():
 # ====================================================================================== the GPU benchmark
 
 
-def test_bench_cuda_runs_without_a_gpu_for_help_and_import():
-    script = ROOT / "benchmarks" / "bench_cuda.py"
-    out = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert "16x56x56x128" in out.stdout and "--help" in out.stdout
-    spec = importlib.util.spec_from_file_location("bench_cuda", script)
+def _bench_module():
+    spec = importlib.util.spec_from_file_location("bench_cuda", ROOT / "benchmarks" / "bench_cuda.py")
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # the import check: no torch, no GPU needed
-    cases = module.make_cases(quick=True)
+    sys.modules[spec.name] = module  # (dataclasses look their module up)
+    spec.loader.exec_module(module)  # the import check: needs neither torch nor a GPU
+    return module
+
+
+def test_bench_cuda_help_runs_without_a_gpu():
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_cuda.py"), "--help"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "16x56x56x128" in out.stdout and "--suite" in out.stdout and "without a gpu" in out.stdout.lower()
+
+
+def test_bench_cuda_cpu_side():
+    """The benchmark's cases, byte counts and table, which need no GPU."""
+    bench = _bench_module()
+    cases = bench.make_cases(quick=True)
     assert {c.op for c in cases} == set(ALL_OPS)
-    assert all(c.bytes_moved > 0 for c in cases)
-    table = module.markdown_table([module.Row(cases[0], 10.0, 12.0, 20.0, 0.5, None, None, "ok")])
-    assert table.splitlines()[0].startswith("| op |")
+    assert {c.config.split()[0] for c in cases} == {"2x8x8x16", "MobileNetV2"}
+    fq = next(c for c in cases if c.op == "FakeQuantWithMinMaxVars")
+    assert fq.constant_inputs == (1, 2) and fq.bytes_moved == 2 * fq.inputs[0].nbytes + 8  # x, y, min, max
+    dw = next(c for c in cases if c.op == cs.DW_BPI)
+    assert dw.constant_inputs == (0, 1)  # input_sizes and the (small) filter are initializers
+    assert dw.bytes_moved == dw.inputs[1].nbytes + dw.inputs[2].nbytes + 4 * int(np.prod(dw.inputs[0]))
+    assert {c.goal for c in cases if c.op.startswith("FusedBatchNormV3")} == {"bandwidth", "torch"}
+    fast = bench.Row(fq, kernel_us=10.0, copy_us=9.0, ort_call_us=40.0, torch_us=12.0, torch_what="fq", check="ok")
+    slow = bench.Row(fq, kernel_us=10.0, copy_us=8.0, ort_call_us=40.0, torch_us=9.0, torch_what="fq", check="ok")
+    assert fast.goal == "met" and slow.goal.startswith("MISSED") and "80%" in slow.goal and "torch" in slow.goal
+    table = bench.markdown_table([fast, slow, bench.Row(dw, None, None, None, check="ERROR x")])
+    lines = table.splitlines()
+    assert lines[0].startswith("| op | config |") and len(lines) == 5
+    assert all(line.count("|") == lines[0].count("|") for line in lines)
+    if bench.missing_requirements() is not None:
+        assert bench.main(["--quick"]) == 2  # says what is missing and stops
