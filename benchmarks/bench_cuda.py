@@ -52,7 +52,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 import numpy as np
 
@@ -511,6 +511,19 @@ def check(case, expected, actual) -> str:
     return loose_check(Case(case.op, case.config, case.inputs, case.attrs), expected, actual)
 
 
+def copy_us(bytes_moved, timer: GpuTimer, stream, timing) -> float:
+    """Device-to-device copy of half the bytes: one read and one write, the same bytes moved."""
+    import torch
+
+    src = torch.empty(max(bytes_moved // 2, 1), dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+
+    def copy():
+        dst.copy_(src)
+
+    return timer.kernel_us(copy) if timing == "cupti" else GpuTimer.events_us(copy, timer.repeat, stream)
+
+
 def measure(case: BenchCase, timer: GpuTimer, stream, with_torch: bool) -> Row:
     import torch
 
@@ -523,12 +536,8 @@ def measure(case: BenchCase, timer: GpuTimer, stream, with_torch: bool) -> Row:
             timer.cupti_ok = False  # CUPTI does not see ORT's launches here: CUDA events from now on
             kernel, timing = GpuTimer.events_us(runner.run_async, timer.repeat, stream), "events"
         ort_call = wall_us(runner.run, timer.repeat)
-        half = max(case.bytes_moved // 2, 1)
-        src = torch.empty(half, dtype=torch.uint8, device="cuda")
-        dst = torch.empty_like(src)
-        copy = (timer.kernel_us(lambda: dst.copy_(src)) if timing == "cupti"
-                else GpuTimer.events_us(lambda: dst.copy_(src), timer.repeat, stream))
-        del src, dst, runner
+        del runner
+        copy = copy_us(case.bytes_moved, timer, stream, timing)
         torch_us, what = None, None
         if with_torch:
             try:
