@@ -308,7 +308,7 @@ TFOPS_HD void ForwardNhwcBlockThread(const Dims<int>& d, const T* x, const T* w,
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kTileChannels* kColGroups)
+__global__ void __launch_bounds__(kTileChannels* kColGroups, 2)
     ForwardNhwcKernel(Dims<int> d, const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, TileGrid grid) {
   for (int row = blockIdx.y; row < grid.rows; row += gridDim.y)
     ForwardNhwcBlockThread(d, x, w, y, grid, row, blockIdx.x, threadIdx.x, threadIdx.y);
@@ -374,7 +374,7 @@ TFOPS_UNROLL
 }
 
 template <typename T, typename I>
-__global__ void __launch_bounds__(kThreadsPerBlock)
+__global__ void __launch_bounds__(kThreadsPerBlock, 2)
     BackpropInputKernel(Dims<I> d, const T* __restrict__ f, const T* __restrict__ dy, T* __restrict__ dx, I n) {
   const I step = static_cast<I>(blockDim.x) * static_cast<I>(gridDim.x);
   for (I e = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += step)
@@ -430,7 +430,7 @@ TFOPS_HD void BackpropInputNhwcBlockThread(const Dims<int>& d, const T* f, const
 }
 
 template <typename T, int kStride>
-__global__ void __launch_bounds__(kTileChannels* kColGroups)
+__global__ void __launch_bounds__(kTileChannels* kColGroups, 2)
     BackpropInputNhwcKernel(Dims<int> d, const T* __restrict__ f, const T* __restrict__ dy, T* __restrict__ dx,
                             TileGrid grid) {
   for (int row = blockIdx.y; row < grid.rows; row += gridDim.y)
@@ -482,13 +482,14 @@ TFOPS_UNROLL
     const Layout<I> in = InputLayout(d), out = OutputLayout(d);
     const I in_row_step = in.RowStep(), in_col_step = in.ColStep();
     const I out_row_step = out.RowStep(), out_col_step = out.ColStep();
-    // Filter taps of this thread (kTaps > 0: all of them, row-major).
-    I tap_r[kN], tap_c[kN];
+    // The filter rows and columns of this thread's taps (kTaps > 0: all 3 x 3, taps row-major),
+    // as offsets from an output position's window corner.
+    constexpr int kR = kTaps > 0 ? 3 : 1;
+    I tap_r[kR], tap_c[kR];
 TFOPS_UNROLL
-    for (int q = 0; q < kN; ++q) {
-      const I tap = tap0 + q;
-      tap_r[q] = (kTaps > 0 ? I(q / 3) : tap / d.filter_cols) * d.dil_rows - d.pad_top;
-      tap_c[q] = (kTaps > 0 ? I(q % 3) : tap % d.filter_cols) * d.dil_cols - d.pad_left;
+    for (int q = 0; q < kR; ++q) {
+      tap_r[q] = (kTaps > 0 ? I(q) : tap0 / d.filter_cols) * d.dil_rows - d.pad_top;
+      tap_c[q] = (kTaps > 0 ? I(q) : tap0 % d.filter_cols) * d.dil_cols - d.pad_left;
     }
     // Position p = ty, ty + by, ... of the chunk, kept as (b, i, j) and stepped without division.
     const I positions = (row_end - row_begin) * d.out_cols;
@@ -497,12 +498,24 @@ TFOPS_UNROLL
     for (I p = ty; p < positions; p += plan.by) {
       const A g = D::Load(dy + out.Base(b, k) + i * out_row_step + j * out_col_step);
       const I in_base = in.Base(b, c);
+      I row_off[kR], col_off[kR];
+      bool row_ok[kR], col_ok[kR];
 TFOPS_UNROLL
-      for (int q = 0; q < kN; ++q) {
+      for (int q = 0; q < kR; ++q) {
         const I in_r = i * d.stride + tap_r[q], in_c = j * d.stride + tap_c[q];
-        if (in_r < 0 || in_r >= d.in_rows || in_c < 0 || in_c >= d.in_cols) continue;
-        acc[q] = depthwise::TapStep(acc[q], g, D::Load(x + in_base + in_r * in_row_step + in_c * in_col_step), ftz,
-                                    depthwise::Keep());
+        row_ok[q] = in_r >= 0 && in_r < d.in_rows;
+        col_ok[q] = in_c >= 0 && in_c < d.in_cols;
+        row_off[q] = in_base + in_r * in_row_step;
+        col_off[q] = in_c * in_col_step;
+      }
+TFOPS_UNROLL
+      for (int r = 0; r < kR; ++r) {
+TFOPS_UNROLL
+        for (int q = 0; q < kR; ++q) {
+          if (!row_ok[r] || !col_ok[q]) continue;  // padding: skipped
+          acc[r * kR + q] =
+              depthwise::TapStep(acc[r * kR + q], g, D::Load(x + row_off[r] + col_off[q]), ftz, depthwise::Keep());
+        }
       }
       j += plan.by;
       while (j >= d.out_cols) {
@@ -553,7 +566,7 @@ TFOPS_HD void FilterStore(const Dims<I>& d, const FilterPlan<I>& plan, I task, i
 }
 
 template <typename T, typename I, int kTaps>
-__global__ void __launch_bounds__(kThreadsPerBlock)
+__global__ void __launch_bounds__(kThreadsPerBlock, 2)
     FilterPartialKernel(Dims<I> d, FilterPlan<I> plan, const T* __restrict__ x, const T* __restrict__ dy,
                         typename Dev<T>::A* __restrict__ partial, T* __restrict__ out) {
   extern __shared__ unsigned char filter_smem[];
