@@ -31,6 +31,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/depthwise.h"
@@ -318,8 +319,9 @@ __global__ void __launch_bounds__(kTileChannels* kColGroups, 2)
 // BackpropInput.
 
 // The sum over taps of output channel k at input position (b, y, x): the CPU's per-channel
-// accumulator (taps in ascending order, each reaching the position at most once).
-template <typename T, typename I>
+// accumulator (taps in ascending order, each reaching the position at most once). kStride > 0 fixes
+// the stride at compile time (no division), 0 reads it from d.
+template <int kStride, typename T, typename I>
 TFOPS_HD typename Dev<T>::A BackpropInputTaps(const Dims<I>& d, const T* f, const T* dy, I b, I y, I x, I k) {
   using D = Dev<T>;
   using A = typename D::A;
@@ -327,16 +329,17 @@ TFOPS_HD typename Dev<T>::A BackpropInputTaps(const Dims<I>& d, const T* f, cons
   const typename D::Round round;
   const Layout<I> out = OutputLayout(d);
   const I base = out.Base(b, k), row_step = out.RowStep(), col_step = out.ColStep();
+  const I S = kStride > 0 ? I(kStride) : d.stride;
   A acc = A(0);
   for (I fr = 0; fr < d.filter_rows; ++fr) {
     const I oy_num = y + d.pad_top - fr * d.dil_rows;
-    if (oy_num < 0 || oy_num % d.stride != 0) continue;
-    const I oy = oy_num / d.stride;
+    if (oy_num < 0 || oy_num % S != 0) continue;
+    const I oy = oy_num / S;
     if (oy >= d.out_rows) continue;
     for (I fc = 0; fc < d.filter_cols; ++fc) {
       const I ox_num = x + d.pad_left - fc * d.dil_cols;
-      if (ox_num < 0 || ox_num % d.stride != 0) continue;
-      const I ox = ox_num / d.stride;
+      if (ox_num < 0 || ox_num % S != 0) continue;
+      const I ox = ox_num / S;
       if (ox >= d.out_cols) continue;
       acc = depthwise::TapStep(acc, D::Load(f + (fr * d.filter_cols + fc) * d.out_depth + k),
                                D::Load(dy + base + oy * row_step + ox * col_step), ftz, round);
@@ -347,7 +350,7 @@ TFOPS_HD typename Dev<T>::A BackpropInputTaps(const Dims<I>& d, const T* f, cons
 
 // Input-gradient element e (in the input's memory order): the M channel sums of its input channel,
 // combined in TF's register order (whole blocks as a tree, then one by one).
-template <typename T, typename I>
+template <int kStride, typename T, typename I>
 TFOPS_HD void BackpropInputElement(const Dims<I>& d, const T* f, const T* dy, T* dx, I e) {
   using D = Dev<T>;
   using A = typename D::A;
@@ -356,7 +359,7 @@ TFOPS_HD void BackpropInputElement(const Dims<I>& d, const T* f, const T* dy, T*
   const Position<I> p = Decompose(e, d.in_rows, d.in_cols, d.in_depth, d.nchw);
   const I M = d.mult;
   if (M == 1) {  // the taps sum straight into the result, as on the CPU
-    dx[e] = D::Store(BackpropInputTaps(d, f, dy, p.b, p.row, p.col, p.ch));
+    dx[e] = D::Store(BackpropInputTaps<kStride>(d, f, dy, p.b, p.row, p.col, p.ch));
     return;
   }
   constexpr int kWidth = depthwise::MultiplierWidth<A>::value;
@@ -365,20 +368,32 @@ TFOPS_HD void BackpropInputElement(const Dims<I>& d, const T* f, const T* dy, T*
   for (I blk = 0; blk < full; blk += kWidth) {
     A v[kWidth];
 TFOPS_UNROLL
-    for (int q = 0; q < kWidth; ++q) v[q] = BackpropInputTaps(d, f, dy, p.b, p.row, p.col, k0 + blk + q);
+    for (int q = 0; q < kWidth; ++q) v[q] = BackpropInputTaps<kStride>(d, f, dy, p.b, p.row, p.col, k0 + blk + q);
     s = depthwise::AddStep(s, depthwise::MultiplierBlock<kWidth>(v, ftz, round), ftz, round);
   }
   for (I m = full; m < M; ++m)
-    s = depthwise::AddStep(s, BackpropInputTaps(d, f, dy, p.b, p.row, p.col, k0 + m), ftz, round);
+    s = depthwise::AddStep(s, BackpropInputTaps<kStride>(d, f, dy, p.b, p.row, p.col, k0 + m), ftz, round);
   dx[e] = D::Store(s);
 }
 
-template <typename T, typename I>
+template <typename T, typename I, int kStride>
 __global__ void __launch_bounds__(kThreadsPerBlock, 2)
     BackpropInputKernel(Dims<I> d, const T* __restrict__ f, const T* __restrict__ dy, T* __restrict__ dx, I n) {
   const I step = static_cast<I>(blockDim.x) * static_cast<I>(gridDim.x);
   for (I e = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += step)
-    BackpropInputElement(d, f, dy, dx, e);
+    BackpropInputElement<kStride>(d, f, dy, dx, e);
+}
+
+// Calls fn(std::integral_constant<int, S>()) with S = the stride when it is 1 or 2, else 0 (read at
+// run time): the BackpropInput kernels divide by a compile-time stride where they can.
+template <typename F>
+void WithStride(long long stride, F&& fn) {
+  if (stride == 1)
+    fn(std::integral_constant<int, 1>());
+  else if (stride == 2)
+    fn(std::integral_constant<int, 2>());
+  else
+    fn(std::integral_constant<int, 0>());
 }
 
 // NHWC fast path, multiplier 1 (channel k = input channel): input row `row` (= b * in_rows + y),
@@ -768,20 +783,20 @@ void DepthwiseBackpropInput(const Geometry& g, const T* filter, const T* out_bac
       const Dims<int> d = DimsOf<int>(g);
       const TileGrid grid = TilesFor(d.in_depth, d.in_cols, d.batch * d.in_rows);
       const dim3 blocks(grid.c_tiles * grid.col_tiles, std::min(grid.rows, 65535)), threads(kTileChannels, kColGroups);
-      if (d.stride == 1)
-        BackpropInputNhwcKernel<T, 1><<<blocks, threads, 0, stream>>>(d, filter, out_backprop, in_backprop, grid);
-      else if (d.stride == 2)
-        BackpropInputNhwcKernel<T, 2><<<blocks, threads, 0, stream>>>(d, filter, out_backprop, in_backprop, grid);
-      else
-        BackpropInputNhwcKernel<T, 0><<<blocks, threads, 0, stream>>>(d, filter, out_backprop, in_backprop, grid);
+      WithStride(g.stride, [&](auto stride) {
+        BackpropInputNhwcKernel<T, decltype(stride)::value>
+            <<<blocks, threads, 0, stream>>>(d, filter, out_backprop, in_backprop, grid);
+      });
       break;
     }
     case Path::kElements32:
-      BackpropInputKernel<T, int><<<GridFor(n), kThreadsPerBlock, 0, stream>>>(DimsOf<int>(g), filter, out_backprop,
-                                                                               in_backprop, static_cast<int>(n));
+      WithStride(g.stride, [&](auto stride) {
+        BackpropInputKernel<T, int, decltype(stride)::value><<<GridFor(n), kThreadsPerBlock, 0, stream>>>(
+            DimsOf<int>(g), filter, out_backprop, in_backprop, static_cast<int>(n));
+      });
       break;
     case Path::kElements64:
-      BackpropInputKernel<T, long long><<<GridFor(n), kThreadsPerBlock, 0, stream>>>(
+      BackpropInputKernel<T, long long, 0><<<GridFor(n), kThreadsPerBlock, 0, stream>>>(
           DimsOf<long long>(g), filter, out_backprop, in_backprop, n);
       break;
   }
