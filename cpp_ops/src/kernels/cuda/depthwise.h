@@ -8,9 +8,10 @@
 //    operations in the CPU kernels' order (the shared TFOPS_HD steps of kernels/depthwise.h), so
 //    they are bit-identical to them (NaN payloads aside).
 //  - BackpropFilter sums over batch x output positions in another fixed order (per-thread running
-//    sums over fixed chunks of output rows, a fixed tree in each block, then the chunks in order),
-//    accumulating 16-bit types in float and rounding once: deterministic, and within the suite's
-//    tolerances against TF rather than bit-identical to the CPU kernel.
+//    sums over fixed chunks of output rows, a fixed tree in each block; the chunk partials summed in
+//    8 contiguous runs, then a fixed tree), accumulating 16-bit types in float and rounding once:
+//    deterministic, and within the suite's tolerances against TF rather than bit-identical to the
+//    CPU kernel.
 #pragma once
 
 #include "kernels/depthwise.h"
@@ -27,7 +28,8 @@ template <typename T>
 void DepthwiseBackpropInput(const depthwise::Geometry& g, const T* filter, const T* out_backprop, T* in_backprop,
                             const CudaLaunch& launch);
 
-// Uses launch.scratch for the per-chunk partial sums (at most kMaxFilterPartials compute-type values).
+// Uses launch.scratch for the per-chunk partial sums (at most kMaxFilterPartials compute-type values;
+// none when the plan has a single chunk).
 template <typename T>
 void DepthwiseBackpropFilter(const depthwise::Geometry& g, const T* input, const T* out_backprop, T* filter_backprop,
                              const CudaLaunch& launch);
