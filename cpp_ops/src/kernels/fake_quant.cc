@@ -154,6 +154,23 @@ void PerChannelGradientLeaf(const float* g, const float* x, float* dx, int64_t c
     }
     out_min[c] = tail_min[c] + eigen_sum::HorizontalSum(lanes_min);
     out_max[c] = tail_max[c] + eigen_sum::HorizontalSum(lanes_max);
+    // A NaN sum again with x86's NaN rules in the written operand order (see eigen_sum.h).
+    if (FakeQuantIsNan(out_min[c]) || FakeQuantIsNan(out_max[c])) {
+      const int64_t column = c0 + c;
+      const float lo_c = lo[c], hi_c = hi[c];
+      out_min[c] = eigen_sum::PacketLeaf<FakeQuantX86Ops>(
+          [&](int64_t r) {
+            const int64_t e = r * channels + column;
+            return FakeQuantBelowTerm<FakeQuantX86Ops>(g[e], x[e], lo_c);
+          },
+          leaf.first, leaf.count);
+      out_max[c] = eigen_sum::PacketLeaf<FakeQuantX86Ops>(
+          [&](int64_t r) {
+            const int64_t e = r * channels + column;
+            return FakeQuantAboveTerm<FakeQuantX86Ops>(g[e], x[e], hi_c);
+          },
+          leaf.first, leaf.count);
+    }
   }
 }
 
@@ -232,16 +249,27 @@ void FakeQuantVarsGradient(const float* g, const float* x, int64_t n, float min,
     ScopedFlushDenormals flush;
     const eigen_sum::Leaf leaf = leaves[i];
     GradientInRange(g + leaf.first, x + leaf.first, dx + leaf.first, leaf.count, lo, hi);
-    sums[2 * i] = eigen_sum::PacketLeaf([&](int64_t j) { return FakeQuantBelowTerm(g[j], x[j], lo); }, leaf.first,
-                                        leaf.count);
-    sums[2 * i + 1] = eigen_sum::PacketLeaf([&](int64_t j) { return FakeQuantAboveTerm(g[j], x[j], hi); },
-                                            leaf.first, leaf.count);
+    float sum_min = eigen_sum::PacketLeaf([&](int64_t j) { return FakeQuantBelowTerm(g[j], x[j], lo); }, leaf.first,
+                                          leaf.count);
+    float sum_max = eigen_sum::PacketLeaf([&](int64_t j) { return FakeQuantAboveTerm(g[j], x[j], hi); },
+                                          leaf.first, leaf.count);
+    // A NaN sum again with x86's NaN rules in the written operand order (see eigen_sum.h).
+    if (FakeQuantIsNan(sum_min)) {
+      sum_min = eigen_sum::PacketLeaf<FakeQuantX86Ops>(
+          [&](int64_t j) { return FakeQuantBelowTerm<FakeQuantX86Ops>(g[j], x[j], lo); }, leaf.first, leaf.count);
+    }
+    if (FakeQuantIsNan(sum_max)) {
+      sum_max = eigen_sum::PacketLeaf<FakeQuantX86Ops>(
+          [&](int64_t j) { return FakeQuantAboveTerm<FakeQuantX86Ops>(g[j], x[j], hi); }, leaf.first, leaf.count);
+    }
+    sums[2 * i] = sum_min;
+    sums[2 * i + 1] = sum_max;
   });
   ScopedFlushDenormals flush;  // for the combining additions on this thread
   const float* next = sums.data();
-  *dmin = eigen_sum::TreeCombine(0, n, next, 2);
+  *dmin = eigen_sum::TreeCombine<FakeQuantX86Ops>(0, n, next, 2);
   next = sums.data() + 1;
-  *dmax = eigen_sum::TreeCombine(0, n, next, 2);
+  *dmax = eigen_sum::TreeCombine<FakeQuantX86Ops>(0, n, next, 2);
 }
 
 void FakeQuantPerChannelGradient(const float* g, const float* x, int64_t rows, int64_t channels, const float* min,
@@ -266,8 +294,8 @@ void FakeQuantPerChannelGradient(const float* g, const float* x, int64_t rows, i
   for (int64_t c = 0; c < channels; ++c) {
     const float* next_min = leaf_min.data() + c;
     const float* next_max = leaf_max.data() + c;
-    const float sum_min = eigen_sum::TreeCombine(0, rows, next_min, channels);
-    const float sum_max = eigen_sum::TreeCombine(0, rows, next_max, channels);
+    const float sum_min = eigen_sum::TreeCombine<FakeQuantX86Ops>(0, rows, next_min, channels);
+    const float sum_max = eigen_sum::TreeCombine<FakeQuantX86Ops>(0, rows, next_max, channels);
     const bool keep = grids.keep[c] != 0.0f;
     dmin[c] = keep ? sum_min : 0.0f;
     dmax[c] = keep ? sum_max : 0.0f;

@@ -14,9 +14,9 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 
 #include "kernels/device.h"
+#include "kernels/eigen_sum.h"
 #include "kernels/parallel.h"
 
 namespace tfops {
@@ -34,74 +34,15 @@ struct FakeQuantGrid {
 
 constexpr float kFakeQuantFloatMin = 1.17549435e-38f;  // FLT_MIN, the smallest normal float
 
-TFOPS_HD inline uint32_t FakeQuantBits(float v) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(v);
-#else
-  uint32_t u;
-  std::memcpy(&u, &v, sizeof u);
-  return u;
-#endif
-}
-
-TFOPS_HD inline float FakeQuantFromBits(uint32_t u) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
-  float v;
-  std::memcpy(&v, &u, sizeof v);
-  return v;
-#endif
-}
-
-TFOPS_HD inline bool FakeQuantIsNan(float v) { return (FakeQuantBits(v) & 0x7fffffffu) > 0x7f800000u; }
-
-// The float operations of the formulas below, as the hardware does them. On x86 (TF's CPU kernels
-// and ours) that includes which NaN a NaN result is; a GPU returns its one canonical NaN instead.
-struct FakeQuantHardwareOps {
-  TFOPS_HD static float Add(float a, float b) { return a + b; }
-  TFOPS_HD static float Sub(float a, float b) { return a - b; }
-  TFOPS_HD static float Mul(float a, float b) { return a * b; }
-  TFOPS_HD static float Div(float a, float b) { return a / b; }
-  TFOPS_HD static float Neg(float a) { return -a; }
-  TFOPS_HD static float Floor(float a) { return floorf(a); }
-};
-
-// The same operations with x86's NaN results spelled out (SSE/AVX, which TF's and our CPU kernels
-// use): a NaN operand comes out quieted (signaling bit set, sign and payload kept), the first
-// operand's when both are NaN; an invalid operation on numbers (inf - inf, 0 * inf, 0 / 0) gives
-// the default NaN 0xffc00000; negation flips the sign bit of a NaN too. Numbers are the hardware's,
-// flush-to-zero included. The CUDA kernels recompute an element whose result is NaN with these, so
-// that NaN outputs carry the CPU kernel's bits. On x86 they equal FakeQuantHardwareOps bit for bit
-// except where an operation meets two NaNs and the compiler swapped its operands; that happens only
-// with a grid that holds a NaN, and the CPU kernels compute those grids with these operations too
-// (fake_quant.cc, ForwardNanGrid).
-struct FakeQuantX86Ops {
-  TFOPS_HD static float Quiet(float a) { return FakeQuantFromBits(FakeQuantBits(a) | 0x00400000u); }
-  TFOPS_HD static float NanOf(float a, float b) {
-    if (FakeQuantIsNan(a)) return Quiet(a);
-    if (FakeQuantIsNan(b)) return Quiet(b);
-    return FakeQuantFromBits(0xffc00000u);
-  }
-  TFOPS_HD static float Add(float a, float b) {
-    const float r = a + b;
-    return FakeQuantIsNan(r) ? NanOf(a, b) : r;
-  }
-  TFOPS_HD static float Sub(float a, float b) {
-    const float r = a - b;
-    return FakeQuantIsNan(r) ? NanOf(a, b) : r;
-  }
-  TFOPS_HD static float Mul(float a, float b) {
-    const float r = a * b;
-    return FakeQuantIsNan(r) ? NanOf(a, b) : r;
-  }
-  TFOPS_HD static float Div(float a, float b) {
-    const float r = a / b;
-    return FakeQuantIsNan(r) ? NanOf(a, b) : r;
-  }
-  TFOPS_HD static float Neg(float a) { return FakeQuantIsNan(a) ? FakeQuantFromBits(FakeQuantBits(a) ^ 0x80000000u) : -a; }
-  TFOPS_HD static float Floor(float a) { return FakeQuantIsNan(a) ? Quiet(a) : floorf(a); }
-};
+// The float operations of the formulas below (kernels/eigen_sum.h): the hardware's, or the same with
+// x86's NaN results spelled out. The CUDA kernels recompute an element whose result is NaN with
+// FakeQuantX86Ops, so that NaN outputs carry the CPU kernel's bits. On x86 the two equal each other
+// bit for bit except where an operation meets two NaNs and the compiler swapped its operands; that
+// happens only with a grid that holds a NaN, and the CPU kernels compute those grids with
+// FakeQuantX86Ops too (fake_quant.cc, ForwardNanGrid).
+using FakeQuantHardwareOps = float_ops::Hardware;
+using FakeQuantX86Ops = float_ops::X86;
+TFOPS_HD inline bool FakeQuantIsNan(float v) { return float_ops::IsNan(v); }
 
 // A subnormal as the signed zero flush-to-zero makes of it; other values unchanged (NaNs keep their
 // bits). For results a compiler may produce without an arithmetic instruction (g * 1 folded to g),
@@ -178,10 +119,13 @@ TFOPS_HD inline float FakeQuantMasked(float g, float x, float lo, float hi) {
 }
 
 // The terms summed into dmin and dmax (section 1.4). Only ever used as an operand of a flushing
-// addition, so a folded g * 1 changes nothing. Which NaN a NaN sum is depends on the order in which
-// its NaN terms meet; that is not part of the exactness claim (the tests compare NaN sums as NaN).
-TFOPS_HD inline float FakeQuantBelowTerm(float g, float x, float lo) { return g * (x < lo ? 1.0f : 0.0f); }
-TFOPS_HD inline float FakeQuantAboveTerm(float g, float x, float hi) { return g * (x > hi ? 1.0f : 0.0f); }
+// addition, so a folded g * 1 changes nothing (the addition quiets a signaling NaN as the product
+// would). A sum that comes out NaN is recomputed with FakeQuantX86Ops terms and additions (see
+// eigen_sum.h), so NaN sums have the same bits on the CPU and the GPU.
+template <class Ops = FakeQuantHardwareOps>
+TFOPS_HD inline float FakeQuantBelowTerm(float g, float x, float lo) { return Ops::Mul(g, x < lo ? 1.0f : 0.0f); }
+template <class Ops = FakeQuantHardwareOps>
+TFOPS_HD inline float FakeQuantAboveTerm(float g, float x, float hi) { return Ops::Mul(g, x > hi ? 1.0f : 0.0f); }
 
 // ---------------------------------------------------------------- CPU kernels
 

@@ -20,6 +20,9 @@
 //    every inner node: each thread reduces an aligned power-of-two group of nodes, then the block
 //    finishes the complete binary tree in shared memory. Every inner node is one fixed operation on
 //    its two children, so any schedule gives the same bits.
+//  - NaN sums: pass 1 recomputes a chain that ends NaN with float_ops::X86, passes 2 and 3 always use
+//    them (a few operations per leaf), so a NaN dmin/dmax has the bits of the CPU kernel, which
+//    recomputes its NaN leaf sums the same way (eigen_sum.h).
 // No atomics, fixed shapes: the same bits on every run.
 #include "kernels/cuda/fake_quant.h"
 
@@ -36,29 +39,31 @@ namespace tfops {
 namespace cuda {
 namespace {
 
+using X86 = float_ops::X86;  // the CPU's NaN results (kernels/eigen_sum.h)
+
 bool Aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
 
 // ---------------------------------------------------------------- element-wise kernels
 
 // Each element is computed with the hardware's operations; the rare element whose result is NaN is
-// computed again with FakeQuantX86Ops, so that it carries the CPU kernel's NaN (the GPU's own NaN
+// computed again with float_ops::X86, so that it carries the CPU kernel's NaN (the GPU's own NaN
 // results are all one canonical NaN). Numbers are the same either way.
 __device__ inline float Multiply(const FakeQuantGrid& g, float x) {
   const float y = FakeQuantMultiply(x, g.nudged_min, g.nudged_max, g.inv_scale, g.quant_zero, g.scale);
   if (!FakeQuantIsNan(y)) return y;
-  return FakeQuantMultiply<FakeQuantX86Ops>(x, g.nudged_min, g.nudged_max, g.inv_scale, g.quant_zero, g.scale);
+  return FakeQuantMultiply<X86>(x, g.nudged_min, g.nudged_max, g.inv_scale, g.quant_zero, g.scale);
 }
 
 __device__ inline float Divide(const FakeQuantGrid& g, float x) {
   const float y = FakeQuantDivide(x, g.nudged_min, g.nudged_max, g.scale, g.quant_zero);
   if (!FakeQuantIsNan(y)) return y;
-  return FakeQuantDivide<FakeQuantX86Ops>(x, g.nudged_min, g.nudged_max, g.scale, g.quant_zero);
+  return FakeQuantDivide<X86>(x, g.nudged_min, g.nudged_max, g.scale, g.quant_zero);
 }
 
 __device__ inline float Masked(float g, float x, float lo, float hi) {
   const float dx = FakeQuantMasked(g, x, lo, hi);
   if (!FakeQuantIsNan(dx)) return dx;
-  return FakeQuantMasked<FakeQuantX86Ops>(g, x, lo, hi);
+  return FakeQuantMasked<X86>(g, x, lo, hi);
 }
 
 struct MultiplyOp {
@@ -143,7 +148,7 @@ struct ChannelGrid {
 __device__ inline ChannelGrid ChannelGridOf(float min, float max, int quant_min, int quant_max) {
   ChannelGrid c{{0.0f, 0.0f, 0.0f, 0.0f, 0.0f}, false};
   if (FakeQuantRangeIsZero(min, max)) return c;
-  c.grid = NudgeFakeQuantGrid<FakeQuantX86Ops>(min, max, quant_min, quant_max);  // the CPU's NaNs, if any
+  c.grid = NudgeFakeQuantGrid<X86>(min, max, quant_min, quant_max);  // the CPU's NaNs, if any
   c.keep = true;
   return c;
 }
@@ -308,6 +313,15 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
       acc_min = acc_min + FakeQuantBelowTerm(gv, xv, r.lo);
       acc_max = acc_max + FakeQuantAboveTerm(gv, xv, r.hi);
     }
+    if (FakeQuantIsNan(acc_min) || FakeQuantIsNan(acc_max)) {
+      // A NaN chain again with x86's NaN rules, so that it ends with the CPU's NaN (eigen_sum.h).
+      acc_min = acc_max = 0.0f;
+      for (int64_t o2 = q, e2 = leaf.first * channels + t; o2 < blocks; o2 += kBlockRows, e2 += step) {
+        const float gv = g[e2], xv = x[e2];
+        acc_min = X86::Add(acc_min, FakeQuantBelowTerm<X86>(gv, xv, r.lo));
+        acc_max = X86::Add(acc_max, FakeQuantAboveTerm<X86>(gv, xv, r.hi));
+      }
+    }
     const int64_t rest = blocks + q;  // fewer than 32 rows follow the blocks: one each
     if (rest < leaf.count) {
       const int64_t e_rest = (leaf.first + rest) * channels + c;
@@ -323,7 +337,8 @@ struct SumPair {
 };
 
 // eigen_sum::PacketLeaf's end for one leaf and channel, from pass 1's accumulators: the folds,
-// the remaining whole packets, the scalar tail, tail + horizontal sum.
+// the remaining whole packets, the scalar tail, tail + horizontal sum. With x86's NaN rules (a few
+// operations per leaf), so that a NaN sum ends with the CPU's NaN.
 __device__ SumPair FinishLeaf(const float* __restrict__ g, const float* __restrict__ x, int64_t channels, int64_t c,
                               const ChannelRange& r, eigen_sum::Leaf leaf, int64_t slot,
                               const float* __restrict__ part_min, const float* __restrict__ part_max) {
@@ -338,8 +353,8 @@ __device__ SumPair FinishLeaf(const float* __restrict__ g, const float* __restri
 #pragma unroll
     for (int l = 0; l < P; ++l) {
       const int64_t k0 = base + l * channels, k1 = k0 + P * channels, k2 = k1 + P * channels, k3 = k2 + P * channels;
-      lanes_min[l] = eigen_sum::FoldAccumulators(part_min[k0], part_min[k1], part_min[k2], part_min[k3]);
-      lanes_max[l] = eigen_sum::FoldAccumulators(part_max[k0], part_max[k1], part_max[k2], part_max[k3]);
+      lanes_min[l] = eigen_sum::FoldAccumulators<X86>(part_min[k0], part_min[k1], part_min[k2], part_min[k3]);
+      lanes_max[l] = eigen_sum::FoldAccumulators<X86>(part_max[k0], part_max[k1], part_max[k2], part_max[k3]);
     }
   } else {
 #pragma unroll
@@ -354,18 +369,19 @@ __device__ SumPair FinishLeaf(const float* __restrict__ g, const float* __restri
     for (int l = 0; l < P; ++l) {
       const int64_t e = (leaf.first + o0 + l) * channels + c;
       const float gv = g[e], xv = x[e];
-      lanes_min[l] = lanes_min[l] + FakeQuantBelowTerm(gv, xv, r.lo);
-      lanes_max[l] = lanes_max[l] + FakeQuantAboveTerm(gv, xv, r.hi);
+      lanes_min[l] = X86::Add(lanes_min[l], FakeQuantBelowTerm<X86>(gv, xv, r.lo));
+      lanes_max[l] = X86::Add(lanes_max[l], FakeQuantAboveTerm<X86>(gv, xv, r.hi));
     }
   }
   float tail_min = 0.0f, tail_max = 0.0f;
   for (int64_t o = whole; o < leaf.count; ++o) {
     const int64_t e = (leaf.first + o) * channels + c;
     const float gv = g[e], xv = x[e];
-    tail_min = tail_min + FakeQuantBelowTerm(gv, xv, r.lo);
-    tail_max = tail_max + FakeQuantAboveTerm(gv, xv, r.hi);
+    tail_min = X86::Add(tail_min, FakeQuantBelowTerm<X86>(gv, xv, r.lo));
+    tail_max = X86::Add(tail_max, FakeQuantAboveTerm<X86>(gv, xv, r.hi));
   }
-  return {tail_min + eigen_sum::HorizontalSum(lanes_min), tail_max + eigen_sum::HorizontalSum(lanes_max)};
+  return {X86::Add(tail_min, eigen_sum::HorizontalSum<X86>(lanes_min)),
+          X86::Add(tail_max, eigen_sum::HorizontalSum<X86>(lanes_max))};
 }
 
 // Pass 2: thread (node j, channel c) writes the node's sums at node_*[j * channels + c].
@@ -388,9 +404,9 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
     } else {
       const int64_t left = eigen_sum::LeftCount(node.first, node.count);
       const SumPair a = FinishLeaf(g, x, channels, c, r, {node.first, left}, slot, part_min, part_max);
-      const SumPair b = FinishLeaf(g, x, channels, c, r, {node.first + left, node.count - left}, slot + 1,
-                                           part_min, part_max);
-      sums = {eigen_sum::CombineHalves(a.min, b.min), eigen_sum::CombineHalves(a.max, b.max)};
+      const SumPair b =
+          FinishLeaf(g, x, channels, c, r, {node.first + left, node.count - left}, slot + 1, part_min, part_max);
+      sums = {eigen_sum::CombineHalves<X86>(a.min, b.min), eigen_sum::CombineHalves<X86>(a.max, b.max)};
     }
     node_min[id] = sums.min;
     node_max[id] = sums.max;
@@ -426,8 +442,8 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
       float a_max = node_max[(begin + k) * channels + c];
       for (int64_t m = k + 1; (m & 1) == 0; m >>= 1) {
         --top;
-        a_min = eigen_sum::CombineHalves(stack_min[top], a_min);
-        a_max = eigen_sum::CombineHalves(stack_max[top], a_max);
+        a_min = eigen_sum::CombineHalves<X86>(stack_min[top], a_min);
+        a_max = eigen_sum::CombineHalves<X86>(stack_max[top], a_max);
       }
       stack_min[top] = a_min;
       stack_max[top] = a_max;
@@ -443,8 +459,8 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   for (int width = threads >> 1; width >= 1; width >>= 1) {
     float a_min = 0.0f, a_max = 0.0f;
     if (p < width) {
-      a_min = eigen_sum::CombineHalves(tree_min[base + 2 * p], tree_min[base + 2 * p + 1]);
-      a_max = eigen_sum::CombineHalves(tree_max[base + 2 * p], tree_max[base + 2 * p + 1]);
+      a_min = eigen_sum::CombineHalves<X86>(tree_min[base + 2 * p], tree_min[base + 2 * p + 1]);
+      a_max = eigen_sum::CombineHalves<X86>(tree_max[base + 2 * p], tree_max[base + 2 * p + 1]);
     }
     __syncthreads();
     if (p < width) {
@@ -540,7 +556,9 @@ void FakeQuantPerChannelForward(const float* x, float* y, int64_t rows, int64_t 
   if (rows_at_once > rows) rows_at_once = rows;
   const int64_t threads = units_per_row * rows_at_once;
   const int64_t blocks = (threads + kThreadsPerBlock - 1) / kThreadsPerBlock;
-  if (blocks > std::numeric_limits<int>::max()) throw DeviceError("FakeQuantWithMinMaxVarsPerChannel: too many channels");
+  if (blocks > std::numeric_limits<int>::max()) {
+    throw DeviceError("FakeQuantWithMinMaxVarsPerChannel: too many channels");
+  }
   const cudaStream_t stream = StreamOf(launch);
   if (vectorized) {
     PerChannelForwardKernel<4><<<static_cast<unsigned>(blocks), kThreadsPerBlock, 0, stream>>>(
