@@ -2,7 +2,7 @@
 // validation with TF's messages (docs/semantics.md section 1.5), then the kernels in kernels/fake_quant.h
 // (CPU EP) or kernels/cuda/fake_quant.h (CUDA EP). On the CUDA EP the scalar min/max of the Vars ops are
 // host inputs (nudged on the host); the per-channel min/max vectors stay on the device.
-#include <algorithm>
+#include <string>
 
 #include "kernels/cuda/fake_quant.h"
 #include "kernels/device.h"
