@@ -4,10 +4,11 @@ depthwise op family with TensorFlow's exact semantics.
 - ``OP_SPECS``: one declarative spec per op (``ort_ops.spec.OpSpec``), the single source of truth.
 - ``register_schemas()``: onnx schemas with type and shape inference.
 - ``reference_evaluator(model)``: an onnx ReferenceEvaluator running the NumPy kernels.
-- ``library_path()``: the compiled ORT custom-op library (``cpp_ops``).
+- ``library_path()``: the compiled ORT custom-op library (``cpp_ops``); ``cuda_kernels_built()``: whether
+  it has CUDA kernels.
 """
 from ort_ops.evaluator import reference_evaluator
-from ort_ops.library import library_path, session_options
+from ort_ops.library import cuda_kernel_count, cuda_kernels_built, library_path, session_options
 from ort_ops.model import IR_VERSION, make_node, make_single_op_model
 from ort_ops.schemas import DOMAIN, OPSET_VERSION, register_schemas
 from ort_ops.spec import OpError, OpSpec
@@ -26,6 +27,8 @@ __all__ = [
     "get_spec",
     "register_schemas",
     "reference_evaluator",
+    "cuda_kernel_count",
+    "cuda_kernels_built",
     "library_path",
     "session_options",
     "make_node",

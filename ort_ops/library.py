@@ -39,6 +39,19 @@ def _installed_copy():
     return str(path) if path.is_file() else None
 
 
+def cuda_kernel_count(path: str | None = None) -> int:
+    """How many of the library's kernels are for ONNX Runtime's CUDA execution provider (0 when it was
+    built without a CUDA toolkit). Reads the library's own table; needs neither a GPU nor onnxruntime."""
+    import ctypes
+
+    return int(ctypes.CDLL(path or library_path()).TfOpsCudaKernelCount())
+
+
+def cuda_kernels_built(path: str | None = None) -> bool:
+    """Whether the library carries CUDA kernels (see ``cuda_kernel_count``)."""
+    return cuda_kernel_count(path) > 0
+
+
 def session_options(**kwargs):
     """``onnxruntime.SessionOptions`` with the library registered; keyword arguments set attributes."""
     import onnxruntime as ort

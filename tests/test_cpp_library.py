@@ -2,6 +2,8 @@
 of the domain for every type combination in the specs, infers output shapes, and reports a runtime
 older than its headers clearly."""
 import ctypes
+import os
+import shutil
 import subprocess
 
 import numpy as np
@@ -51,11 +53,37 @@ def test_library_file_exists_where_the_package_says():
     ctypes.CDLL(path)  # loads without unresolved symbols
 
 
-def test_only_register_custom_ops_is_exported():
+def test_only_the_entry_point_and_the_build_query_are_exported():
     out = subprocess.run(["nm", "-D", "--defined-only", ort_ops.library_path()], capture_output=True, text=True,
                          check=True).stdout
     symbols = sorted(line.split()[-1] for line in out.splitlines() if line.strip())
-    assert symbols == ["RegisterCustomOps"], symbols
+    assert symbols == ["RegisterCustomOps", "TfOpsCudaKernelCount"], symbols
+
+
+def test_the_library_needs_no_cuda_runtime_to_load():
+    """A CUDA build links the CUDA runtime statically: the library loads, and its CPU kernels run, on a
+    machine without CUDA. Only libc/libstdc++-level libraries may be needed."""
+    out = subprocess.run(["ldd", ort_ops.library_path()], capture_output=True, text=True, check=True).stdout
+    assert "cudart" not in out and "libcuda" not in out, out
+
+
+def test_a_cuda_build_has_a_cuda_kernel_for_every_cpu_kernel():
+    """0 CUDA kernels in a CPU-only build; in a CUDA build one per op and type combination."""
+    count = ort_ops.cuda_kernel_count()
+    total = sum(len(spec.kernels) for spec in ort_ops.OP_SPECS)
+    assert count in (0, total), (count, total)
+    assert ort_ops.cuda_kernels_built() == (count > 0)
+
+
+def test_pip_install_builds_the_cuda_kernels_where_nvcc_is():
+    """`pip install .` compiles the CUDA kernels exactly when a CUDA toolkit is on PATH (TFOPS_CUDA=AUTO, the
+    default), as on CI. Checks the installed package's library, whatever ORT_OPS_LIBRARY points the tests at."""
+    from ort_ops.library import _installed_copy
+
+    installed = _installed_copy()
+    assert installed is not None, "the tests run against an installed ort-tf-ops (scripts/setup.sh)"
+    wanted = shutil.which("nvcc") is not None and os.environ.get("TFOPS_CUDA", "AUTO").upper() != "OFF"
+    assert ort_ops.cuda_kernels_built(installed) == wanted
 
 
 @pytest.mark.parametrize(

@@ -263,6 +263,29 @@ void RunOnOrtPool(void* pool, Parallel::TaskFn fn, void* arg, std::size_t num_ta
 
 tfops::Parallel KernelContext::parallel() const { return tfops::Parallel(&RunOnOrtPool, context_); }
 
+CudaLaunch KernelContext::Cuda() {
+  if (provider_ != Provider::kCuda) throw std::logic_error("KernelContext::Cuda() called on the CPU execution provider");
+  CudaLaunch launch;
+  Check(Api().KernelContext_GetGPUComputeStream(context_, &launch.stream));
+  launch.scratch = &scratch_;
+  return launch;
+}
+
+KernelContext::Scratch::~Scratch() {
+  for (void* block : blocks_) allocator_->Free(allocator_, block);
+}
+
+void* KernelContext::Scratch::Allocate(std::size_t bytes) {
+  if (bytes == 0) bytes = 1;  // a valid, unique pointer even for an empty temporary
+  if (allocator_ == nullptr) throw std::logic_error("device scratch requested without a device allocator");
+  blocks_.reserve(blocks_.size() + 1);  // so that push_back below cannot throw and leak the block
+  void* block = nullptr;
+  Check(Api().AllocatorAlloc(allocator_, bytes, &block));
+  if (block == nullptr) throw std::bad_alloc();
+  blocks_.push_back(block);
+  return block;
+}
+
 // ---------------------------------------------------------------- ShapeInference
 
 std::size_t ShapeInference::InputCount() const {
@@ -422,6 +445,8 @@ OrtStatus* ErrorStatusForNode(const char* op, const std::string& node_name, cons
   } else if (const auto* call = dynamic_cast<const OrtCallError*>(error)) {
     code = call->code;
     message = error->what();
+  } else if (dynamic_cast<const DeviceError*>(error) != nullptr) {
+    message = std::string("CUDA error: ") + error->what();
   } else if (dynamic_cast<const std::bad_alloc*>(error) != nullptr) {
     message = "out of memory";
   } else {
@@ -468,8 +493,10 @@ std::vector<const OrtCustomOp*>& MutableOps() {
 }
 }  // namespace
 
-OpRegistrar::OpRegistrar(std::initializer_list<const OrtCustomOp*> ops) {
-  for (const OrtCustomOp* op : ops) MutableOps().push_back(op);
+OpRegistrar::OpRegistrar(std::initializer_list<const OpDefinition*> ops) {
+  for (const OpDefinition* op : ops) {
+    for (const OrtCustomOp* kernel : op->Kernels()) MutableOps().push_back(kernel);
+  }
 }
 
 const std::vector<const OrtCustomOp*>& RegisteredOps() { return MutableOps(); }

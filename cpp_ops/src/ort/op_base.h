@@ -15,9 +15,18 @@
 //                                                      // OpError for input that is certainly bad.
 //   };
 //
-//   // One statically stored OrtCustomOp per type combination, then one registrar per file:
+//   // One statically stored CustomOp per type combination, then one registrar per file:
 //   CustomOp<MyOp> my_op_float({kFloat, kFloat}, {kFloat});
 //   const OpRegistrar kRegistered({&my_op_float});
+//
+// CUDA (a build with TFOPS_WITH_CUDA, see kernels/device.h and docs/cuda.md): an op class that declares
+//     static constexpr bool kHasCudaKernel = true;
+// gets a second OrtCustomOp for ORT's CUDAExecutionProvider (same name and types). The one Compute
+// validates once and dispatches with `if constexpr (kWithCuda) { if (ctx.OnCuda()) ... }`. On the CUDA
+// EP every input and output is device memory except the inputs named in
+//     static constexpr unsigned kHostInputs = (1u << 1) | (1u << 2);   // bit i: input i
+// which the host reads (scalars such as min/max, num_bits, input_sizes): ORT hands those over in CPU
+// memory (OrtMemTypeCPUInput). On the CPU EP everything is host memory.
 //
 // OpError messages are the problem only: the framework prefixes "<op name>: " (and the node name),
 // returns ORT_INVALID_ARGUMENT, and turns any other C++ exception into an ORT error as well, so that
@@ -32,8 +41,10 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
+#include "kernels/device.h"
 #include "kernels/half.h"
 #include "kernels/parallel.h"
 #include "kernels/simd.h"
@@ -148,14 +159,21 @@ struct Tensor {
   T Scalar() const { return *Data<T>(); }
 };
 
+// The execution provider an OrtCustomOp is registered for.
+enum class Provider { kCpu, kCuda };
+
 class KernelContext {
  public:
-  explicit KernelContext(OrtKernelContext* context) : context_(context) {}
+  // `device_allocator`: ORT's allocator for the CUDA EP's device memory (null on the CPU EP).
+  KernelContext(OrtKernelContext* context, Provider provider = Provider::kCpu,
+                OrtAllocator* device_allocator = nullptr)
+      : context_(context), provider_(provider), scratch_(device_allocator) {}
 
   std::size_t InputCount() const;
   // Throws OpError for a missing input (ORT passes null for an omitted optional input).
   Tensor Input(std::size_t index) const;
-  // Allocates output `index` with `shape` (validated: no negative dims) and returns its buffer.
+  // Allocates output `index` with `shape` (validated: no negative dims) and returns its buffer
+  // (device memory on the CUDA EP).
   template <typename T>
   T* Output(std::size_t index, const Shape& shape) {
     return static_cast<T*>(OutputRaw(index, shape));
@@ -165,8 +183,27 @@ class KernelContext {
   // Runs tasks on the session's intra-op thread pool (serially when it has none).
   tfops::Parallel parallel() const;
 
+  // True when this kernel runs for the CUDA execution provider.
+  bool OnCuda() const { return provider_ == Provider::kCuda; }
+  // ORT's compute stream and device scratch memory (freed when Compute returns). CUDA EP only.
+  CudaLaunch Cuda();
+
  private:
+  // Device memory from ORT's allocator, given back when the context goes (end of Compute).
+  class Scratch : public DeviceScratch {
+   public:
+    explicit Scratch(OrtAllocator* allocator) : allocator_(allocator) {}
+    ~Scratch() override;
+    void* Allocate(std::size_t bytes) override;
+
+   private:
+    OrtAllocator* allocator_;
+    std::vector<void*> blocks_;
+  };
+
   OrtKernelContext* context_;
+  Provider provider_;
+  Scratch scratch_;
 };
 
 // ---------------------------------------------------------------- shape inference
@@ -209,108 +246,157 @@ class ShapeInference {
 // The C entry points shared by every op; implemented in op_base.cc.
 namespace detail {
 OrtStatus* ErrorStatus(const char* op, const OrtKernelInfo* info, const std::exception* error);
+OrtStatus* ErrorStatusForNode(const char* op, const std::string& node_name, const std::exception* error);
 std::string NodeName(const OrtKernelInfo* info);
 
 // The fields of OrtCustomOp that do not depend on the kernel class.
 void FillCommon(OrtCustomOp* op);
 }  // namespace detail
 
-// The static per-op data ORT sees: op name, CPU execution provider, one fixed type combination.
+// Optional members of an op class: kHasCudaKernel (default false) and kHostInputs (default none).
+template <class K, class = void>
+struct HasCudaKernel { static constexpr bool value = false; };
+template <class K>
+struct HasCudaKernel<K, std::void_t<decltype(K::kHasCudaKernel)>> { static constexpr bool value = K::kHasCudaKernel; };
+template <class K, class = void>
+struct HostInputMask { static constexpr unsigned value = 0; };
+template <class K>
+struct HostInputMask<K, std::void_t<decltype(K::kHostInputs)>> { static constexpr unsigned value = K::kHostInputs; };
+
+// One type combination of an op: the OrtCustomOps it adds to the domain (one per execution provider).
+class OpDefinition {
+ public:
+  virtual ~OpDefinition() = default;
+  virtual std::vector<const OrtCustomOp*> Kernels() const = 0;
+};
+
+// The static per-op data ORT sees: op name, one fixed type combination, and an OrtCustomOp for the CPU
+// execution provider plus, in a CUDA build when K has a CUDA kernel, one for the CUDA EP.
 // `K` is the op class described at the top of this file.
 template <class K>
-class CustomOp : public OrtCustomOp {
+class CustomOp : public OpDefinition {
  public:
+  static constexpr bool kRegistersCuda = kWithCuda && HasCudaKernel<K>::value;
+
   CustomOp(std::vector<ONNXTensorElementDataType> input_types,
            std::vector<ONNXTensorElementDataType> output_types)
-      : input_types_(std::move(input_types)), output_types_(std::move(output_types)) {
-    detail::FillCommon(this);
-    OrtCustomOp::GetName = [](const OrtCustomOp*) { return K::kName; };
-    OrtCustomOp::GetInputType = [](const OrtCustomOp* op, std::size_t i) {
-      const auto& types = static_cast<const CustomOp*>(op)->input_types_;
-      return i < types.size() ? types[i] : ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
-    };
-    OrtCustomOp::GetInputTypeCount = [](const OrtCustomOp* op) {
-      return static_cast<const CustomOp*>(op)->input_types_.size();
-    };
-    OrtCustomOp::GetOutputType = [](const OrtCustomOp* op, std::size_t i) {
-      const auto& types = static_cast<const CustomOp*>(op)->output_types_;
-      return i < types.size() ? types[i] : ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
-    };
-    OrtCustomOp::GetOutputTypeCount = [](const OrtCustomOp* op) {
-      return static_cast<const CustomOp*>(op)->output_types_.size();
-    };
-    OrtCustomOp::CreateKernelV2 = [](const OrtCustomOp*, const OrtApi*, const OrtKernelInfo* info,
-                                     void** kernel) -> OrtStatusPtr {
-      *kernel = nullptr;
-      try {
-        *kernel = new Kernel{K(KernelAttributes(info)), detail::NodeName(info)};
-        return nullptr;
-      } catch (const std::exception& e) {
-        return detail::ErrorStatus(K::kName, info, &e);
-      } catch (...) {
-        return detail::ErrorStatus(K::kName, info, nullptr);
-      }
-    };
-    OrtCustomOp::KernelComputeV2 = [](void* kernel, OrtKernelContext* context) -> OrtStatusPtr {
-      const Kernel* self = static_cast<const Kernel*>(kernel);
-      try {
-        // TF computes every CPU kernel with flush-to-zero and denormals-are-zero on (simd.h); the
-        // caller's mode comes back when this returns or throws.
-        tfops::ScopedFlushDenormals flush;
-        KernelContext ctx(context);
-        self->op.Compute(ctx);
-        return nullptr;
-      } catch (const std::exception& e) {
-        return ComputeError(self, &e);
-      } catch (...) {
-        return ComputeError(self, nullptr);
-      }
-    };
-    OrtCustomOp::KernelDestroy = [](void* kernel) { delete static_cast<Kernel*>(kernel); };
-    OrtCustomOp::InferOutputShapeFn = [](const OrtCustomOp*, OrtShapeInferContext* context) -> OrtStatusPtr {
-      try {
-        ShapeInference ctx(context);
-        K::InferShapes(ctx);
-        return nullptr;
-      } catch (const std::exception& e) {
-        return detail::ErrorStatus(K::kName, nullptr, &e);
-      } catch (...) {
-        return detail::ErrorStatus(K::kName, nullptr, nullptr);
-      }
-    };
-  }
+      : input_types_(std::move(input_types)),
+        output_types_(std::move(output_types)),
+        cpu_(this, Provider::kCpu),
+        cuda_(this, Provider::kCuda) {}
 
   CustomOp(const CustomOp&) = delete;
   CustomOp& operator=(const CustomOp&) = delete;
+
+  std::vector<const OrtCustomOp*> Kernels() const override {
+    if constexpr (kRegistersCuda) return {&cpu_, &cuda_};
+    return {&cpu_};
+  }
 
  private:
   struct Kernel {
     K op;
     std::string node_name;
+    Provider provider;
+    OrtAllocator* device_allocator;  // the CUDA EP's device allocator; null on the CPU EP
+    ~Kernel() {
+      if (device_allocator != nullptr) Api().ReleaseAllocator(device_allocator);
+    }
   };
-  static OrtStatus* ComputeError(const Kernel* self, const std::exception* e);
+
+  // One OrtCustomOp: the C entry points ORT calls, for one provider.
+  struct Entry : OrtCustomOp {
+    const CustomOp* owner;
+    Provider provider;
+
+    Entry(const CustomOp* owner_op, Provider p) : owner(owner_op), provider(p) {
+      detail::FillCommon(this);
+      OrtCustomOp::GetName = [](const OrtCustomOp*) { return K::kName; };
+      OrtCustomOp::GetExecutionProviderType = [](const OrtCustomOp* op) {
+        return static_cast<const Entry*>(op)->provider == Provider::kCuda ? "CUDAExecutionProvider"
+                                                                          : "CPUExecutionProvider";
+      };
+      OrtCustomOp::GetInputMemoryType = [](const OrtCustomOp* op, std::size_t i) {
+        const bool host = i < 32 && ((HostInputMask<K>::value >> i) & 1u) != 0;
+        return static_cast<const Entry*>(op)->provider == Provider::kCuda && host ? OrtMemTypeCPUInput
+                                                                                  : OrtMemTypeDefault;
+      };
+      OrtCustomOp::GetInputType = [](const OrtCustomOp* op, std::size_t i) {
+        const auto& types = static_cast<const Entry*>(op)->owner->input_types_;
+        return i < types.size() ? types[i] : ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+      };
+      OrtCustomOp::GetInputTypeCount = [](const OrtCustomOp* op) {
+        return static_cast<const Entry*>(op)->owner->input_types_.size();
+      };
+      OrtCustomOp::GetOutputType = [](const OrtCustomOp* op, std::size_t i) {
+        const auto& types = static_cast<const Entry*>(op)->owner->output_types_;
+        return i < types.size() ? types[i] : ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+      };
+      OrtCustomOp::GetOutputTypeCount = [](const OrtCustomOp* op) {
+        return static_cast<const Entry*>(op)->owner->output_types_.size();
+      };
+      OrtCustomOp::CreateKernelV2 = [](const OrtCustomOp* op, const OrtApi*, const OrtKernelInfo* info,
+                                       void** kernel) -> OrtStatusPtr {
+        *kernel = nullptr;
+        const Provider provider = static_cast<const Entry*>(op)->provider;
+        OrtAllocator* allocator = nullptr;
+        try {
+          if (provider == Provider::kCuda) Check(Api().KernelInfoGetAllocator(info, OrtMemTypeDefault, &allocator));
+          *kernel = new Kernel{K(KernelAttributes(info)), detail::NodeName(info), provider, allocator};
+          return nullptr;
+        } catch (const std::exception& e) {
+          if (allocator != nullptr) Api().ReleaseAllocator(allocator);
+          return detail::ErrorStatus(K::kName, info, &e);
+        } catch (...) {
+          if (allocator != nullptr) Api().ReleaseAllocator(allocator);
+          return detail::ErrorStatus(K::kName, info, nullptr);
+        }
+      };
+      OrtCustomOp::KernelComputeV2 = [](void* kernel, OrtKernelContext* context) -> OrtStatusPtr {
+        const Kernel* self = static_cast<const Kernel*>(kernel);
+        try {
+          // TF computes every CPU kernel with flush-to-zero and denormals-are-zero on (simd.h); the
+          // caller's mode comes back when this returns or throws. On the CUDA EP this covers what the
+          // host computes (a nudged range, say), so that it matches the CPU kernel's.
+          tfops::ScopedFlushDenormals flush;
+          KernelContext ctx(context, self->provider, self->device_allocator);
+          self->op.Compute(ctx);
+          return nullptr;
+        } catch (const std::exception& e) {
+          return detail::ErrorStatusForNode(K::kName, self->node_name, &e);
+        } catch (...) {
+          return detail::ErrorStatusForNode(K::kName, self->node_name, nullptr);
+        }
+      };
+      OrtCustomOp::KernelDestroy = [](void* kernel) { delete static_cast<Kernel*>(kernel); };
+      OrtCustomOp::InferOutputShapeFn = [](const OrtCustomOp*, OrtShapeInferContext* context) -> OrtStatusPtr {
+        try {
+          ShapeInference ctx(context);
+          K::InferShapes(ctx);
+          return nullptr;
+        } catch (const std::exception& e) {
+          return detail::ErrorStatus(K::kName, nullptr, &e);
+        } catch (...) {
+          return detail::ErrorStatus(K::kName, nullptr, nullptr);
+        }
+      };
+    }
+  };
 
   std::vector<ONNXTensorElementDataType> input_types_;
   std::vector<ONNXTensorElementDataType> output_types_;
+  Entry cpu_;
+  Entry cuda_;
 };
-
-namespace detail {
-OrtStatus* ErrorStatusForNode(const char* op, const std::string& node_name, const std::exception* error);
-}
-
-template <class K>
-OrtStatus* CustomOp<K>::ComputeError(const Kernel* self, const std::exception* e) {
-  return detail::ErrorStatusForNode(K::kName, self->node_name, e);
-}
 
 // Adds statically stored ops to the library's op list at load time (one registrar per *_ops.cc file),
 // so a new file joins the library without editing any other file.
 class OpRegistrar {
  public:
-  OpRegistrar(std::initializer_list<const OrtCustomOp*> ops);
+  OpRegistrar(std::initializer_list<const OpDefinition*> ops);
 };
 
-// Every op registered so far, in registration order.
+// Every OrtCustomOp registered so far (CPU and CUDA ones), in registration order.
 const std::vector<const OrtCustomOp*>& RegisteredOps();
 
 }  // namespace ort

@@ -1,5 +1,7 @@
-// The library's only exported symbol: RegisterCustomOps adds the domain
-// ai.onnx.converters.tensorflow, holding every op registered by the *_ops.cc files, to a session.
+// The library's exported symbols: RegisterCustomOps adds the domain ai.onnx.converters.tensorflow,
+// holding every op registered by the *_ops.cc files, to a session; TfOpsCudaKernelCount says how many
+// of those kernels are for the CUDA execution provider (0 in a CPU-only build).
+#include <cstring>
 #include <mutex>
 #include <string>
 
@@ -48,4 +50,13 @@ RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* api_base) {
     if (OrtStatus* s = BuildDomain(*api)) return s;
   }
   return api->AddCustomOpDomain(options, g_domain);
+}
+
+// Needs no ORT (and no GPU): ort_ops.cuda_kernels_built() calls it through ctypes.
+extern "C" __attribute__((visibility("default"))) int TfOpsCudaKernelCount(void) {
+  int count = 0;
+  for (const OrtCustomOp* op : tfops::ort::RegisteredOps()) {
+    if (std::strcmp(op->GetExecutionProviderType(op), "CUDAExecutionProvider") == 0) ++count;
+  }
+  return count;
 }
