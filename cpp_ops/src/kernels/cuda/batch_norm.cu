@@ -17,14 +17,15 @@
 //      (V-element vectors along the contiguous spatial axis, at most kTileItems per tile, in
 //      (plane, position) order); thread t takes items t, t + 256, ... in order, then the 256
 //      threads are added as a binary tree.
-//    - FoldKernel: thread (tx, ty) of a block adds tiles ty, ty + lanes_t, ... of channel
-//      c0 + tx in order, then the lanes_t tile lanes are added as a binary tree.
+//    - FoldKernel: thread (tx, ty) of a block adds tiles tx, tx + lanes_t, ... of channel
+//      c0 + ty in order, then the lanes_t tile lanes are added as a binary tree; lanes_t depends
+//      on the number of tiles only (a thread adds at most kBatch partials first).
 //  * Element-wise outputs (y, x_backprop): one thread per V-element vector, coefficients of its
 //    channel(s) in registers (RowsMapKernel: a thread keeps its channels and walks rows;
 //    PlanesMapKernel: a thread walks planes, one channel per plane).
 //  * The inference gradient's dx needs no statistics: its partial kernel writes dx while it sums,
 //    so that op reads dy and x once.
-// Scratch: the partial sums (kN x tiles x C floats) and the per-channel coefficients (2 or 3 x C).
+// Scratch: the partial sums ([kN][C][tiles] floats) and the per-channel coefficients (2 or 3 x C).
 #include "kernels/cuda/batch_norm.h"
 
 #include <cuda_runtime.h>
@@ -44,11 +45,12 @@ using batch_norm::Layout;
 
 constexpr int kThreads = kThreadsPerBlock;  // 256 everywhere below (the trees assume it)
 static_assert(kThreads == 256, "the reduction trees are written for 256-thread blocks");
-constexpr int kRowsPerThread = 16;          // channels-last level 1: rows a thread sums per tile
+constexpr int kRowsPerThread = 8;           // channels-last level 1: rows a thread sums per tile
 constexpr int kItemsPerThread = 8;          // channels-first level 1: vectors a thread sums per tile
 constexpr int kTileItems = kThreads * kItemsPerThread;
 constexpr int kBatch = 4;                   // loads issued together before they are added
 constexpr int kMaxGridY = 65535;
+constexpr std::int64_t kMaxBlocksX = 1 << 20;  // grid-stride loops cover the rest
 constexpr int kMinBlocks = 2;               // per SM: at most 128 registers a thread
 
 // ------------------------------------------------------------------------------ element types
@@ -454,7 +456,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 #pragma unroll
       for (int k = 0; k < kN; ++k)
 #pragma unroll
-        for (int j = 0; j < V; ++j) partial[(k * g.tiles + tile) * C + c0 + j] = shared[k][j][tx];
+        for (int j = 0; j < V; ++j) partial[(k * C + c0 + j) * g.tiles + tile] = shared[k][j][tx];
     }
     __syncthreads();  // the next group reuses `shared`
   }
@@ -525,7 +527,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     }
     if (tid == 0) {
 #pragma unroll
-      for (int k = 0; k < kN; ++k) partial[(k * g.tiles + tile) * C + c] = shared[k][0];
+      for (int k = 0; k < kN; ++k) partial[(k * C + c) * g.tiles + tile] = shared[k][0];
     }
     __syncthreads();
   }
@@ -534,27 +536,27 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 // ------------------------------------------------------------------------------ level 2: fold
 
 template <typename Fold>
-__global__ void __launch_bounds__(kThreads, kMinBlocks)
-    FoldKernel(const float* __restrict__ partial, i64 tiles, i64 channels, int lanes_c, int log_lanes_c, Fold fold) {
+__global__ void __launch_bounds__(kThreads)
+    FoldKernel(const float* __restrict__ partial, i64 tiles, i64 channels, int lanes_t, int log_lanes_t, Fold fold) {
   constexpr int kN = Fold::kN;
   __shared__ float shared[kN][kThreads];
   const int tid = threadIdx.x;
-  const int tx = tid & (lanes_c - 1), ty = tid >> log_lanes_c;
-  const int lanes_t = kThreads / lanes_c;
+  const int tx = tid & (lanes_t - 1), ty = tid >> log_lanes_t;  // tile lane, channel lane
+  const int lanes_c = kThreads / lanes_t;
   for (i64 group = blockIdx.x; group * lanes_c < channels; group += gridDim.x) {
-    const i64 c = group * lanes_c + tx;
+    const i64 c = group * lanes_c + ty;
     const bool active = c < channels;
     float acc[kN];
 #pragma unroll
     for (int k = 0; k < kN; ++k) acc[k] = 0.0f;
     if (active) {
-      for (i64 t = ty; t < tiles; t += kBatch * lanes_t) {
+      for (i64 t = tx; t < tiles; t += kBatch * lanes_t) {
         float v[kBatch][kN];
 #pragma unroll
         for (int u = 0; u < kBatch; ++u) {
           const i64 tu = t + u * lanes_t;
 #pragma unroll
-          for (int k = 0; k < kN; ++k) v[u][k] = tu < tiles ? partial[(k * tiles + tu) * channels + c] : 0.0f;
+          for (int k = 0; k < kN; ++k) v[u][k] = tu < tiles ? partial[(k * channels + c) * tiles + tu] : 0.0f;
         }
 #pragma unroll
         for (int u = 0; u < kBatch; ++u) {
@@ -569,16 +571,16 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     for (int k = 0; k < kN; ++k) shared[k][tid] = acc[k];
     __syncthreads();
     for (int s = lanes_t / 2; s > 0; s >>= 1) {
-      if (ty < s) {
+      if (tx < s) {
 #pragma unroll
-        for (int k = 0; k < kN; ++k) shared[k][tid] = shared[k][tid] + shared[k][tid + s * lanes_c];
+        for (int k = 0; k < kN; ++k) shared[k][tid] = shared[k][tid] + shared[k][tid + s];
       }
       __syncthreads();
     }
-    if (ty == 0 && active) {
+    if (tx == 0 && active) {
       float sums[kN];
 #pragma unroll
-      for (int k = 0; k < kN; ++k) sums[k] = shared[k][tx];
+      for (int k = 0; k < kN; ++k) sums[k] = shared[k][tid];
       fold(c, sums);
     }
     __syncthreads();
@@ -782,22 +784,24 @@ void LaunchPartialV(const ReductionPlan<T>& plan, const T* a, const T* b, T* out
 template <typename T, typename Op>
 void LaunchPartial(const ReductionPlan<T>& plan, const T* a, const T* b, T* out, const Op& op, float* partial,
                    cudaStream_t stream) {
+  if (plan.tiles > 0x7fffffff) throw DeviceError("batch norm: x has too many rows for one grid");
   if (plan.vector == kVector<T>) LaunchPartialV<T, kVector<T>>(plan, a, b, out, op, partial, stream);
   else LaunchPartialV<T, 1>(plan, a, b, out, op, partial, stream);
 }
 
+// Tile lanes: enough that a thread adds at most about kBatch partials before the tree (a function
+// of the tile count only, so the order is fixed by the shape).
 template <typename Fold>
 void LaunchFold(const float* partial, i64 tiles, i64 channels, const Fold& fold, cudaStream_t stream) {
-  const int lanes_c = LanesFor(channels, 8);
-  const i64 groups = CeilDiv(channels, lanes_c);
-  const unsigned grid = static_cast<unsigned>(groups < (1 << 20) ? groups : (1 << 20));
-  FoldKernel<Fold><<<grid, kThreads, 0, stream>>>(partial, tiles, channels, lanes_c, Log2(lanes_c), fold);
+  const int lanes_t = LanesFor(CeilDiv(tiles, kBatch), kThreads);
+  const i64 groups = CeilDiv(channels, kThreads / lanes_t);
+  const unsigned grid = static_cast<unsigned>(groups < kMaxBlocksX ? groups : kMaxBlocksX);
+  FoldKernel<Fold><<<grid, kThreads, 0, stream>>>(partial, tiles, channels, lanes_t, Log2(lanes_t), fold);
   CheckLaunch("batch norm: statistics");
 }
 
 // Element-wise blocks: about kMapVectorsPerThread vectors per thread (grid-stride beyond a cap).
-constexpr i64 kMapVectorsPerThread = 4;
-constexpr i64 kMaxBlocksX = 1 << 20;
+constexpr i64 kMapVectorsPerThread = 8;
 
 template <typename T, int V, typename Op>
 void LaunchMapV(const Layout& l, const T* a, const T* b, T* out, const Op& op, cudaStream_t stream) {
