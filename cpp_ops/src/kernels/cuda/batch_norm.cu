@@ -28,6 +28,7 @@
 // Scratch: the partial sums ([kN][C][tiles] floats) and the per-channel coefficients (2 or 3 x C).
 #include "kernels/cuda/batch_norm.h"
 
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -55,8 +56,11 @@ constexpr int kMinBlocks = 2;               // per SM: at most 128 registers a t
 
 // ------------------------------------------------------------------------------ element types
 
-// The CPU's conversions (kernels/half.h) as device code, bit for bit (NaN payloads included):
-// widening is exact; narrowing rounds to nearest even, overflows to infinity and keeps NaN quiet.
+// The conversions of kernels/half.h: widening is exact; narrowing rounds to nearest even and
+// overflows to infinity, as the CPU's. float16 uses the GPU's conversion instructions (the same
+// values; a NaN comes out as the GPU's canonical NaN, and NaN bits differ from the CPU's anyway
+// because GPU arithmetic returns the canonical NaN, so outputs match the CPU's NaN for NaN, not
+// bit for bit); bfloat16 is the CPU's integer rounding.
 template <typename T>
 struct Dev;
 template <>
@@ -66,36 +70,8 @@ struct Dev<float> {
 };
 template <>
 struct Dev<Half> {
-  static __device__ __forceinline__ float Widen(Half v) {
-    const unsigned h = v.bits;
-    const unsigned sign = (h & 0x8000u) << 16;
-    const unsigned exp = (h >> 10) & 0x1fu;
-    const unsigned man = h & 0x3ffu;
-    if (exp == 0x1fu) return __uint_as_float(sign | 0x7f800000u | (man << 13));
-    if (exp != 0) return __uint_as_float(sign | ((exp + 112u) << 23) | (man << 13));
-    const float mag = static_cast<float>(man) * 5.9604644775390625e-8f;  // exact, a normal float
-    return __uint_as_float(sign | __float_as_uint(mag));
-  }
-  static __device__ __forceinline__ Half Narrow(float f) {
-    const unsigned u = __float_as_uint(f);
-    const unsigned sign = (u >> 16) & 0x8000u;
-    const unsigned a = u & 0x7fffffffu;
-    unsigned bits;
-    if (a > 0x7f800000u) {
-      bits = sign | 0x7e00u | ((a >> 13) & 0x3ffu);
-    } else if (a >= 0x477ff000u) {
-      bits = sign | 0x7c00u;
-    } else if (a >= 0x38800000u) {
-      const unsigned rounded = a + 0xfffu + ((a >> 13) & 1u);
-      bits = sign | ((rounded - 0x38000000u) >> 13);
-    } else {
-      // As the CPU: the float adder rounds |f| + 0.5 to a multiple of 2^-24 (a float32 subnormal
-      // |f| is flushed here and is 0 + 0.5 there; both give a zero half).
-      const float biased = __uint_as_float(a) + 0.5f;
-      bits = sign | (__float_as_uint(biased) - 0x3f000000u);
-    }
-    return Half{static_cast<std::uint16_t>(bits)};
-  }
+  static __device__ __forceinline__ float Widen(Half v) { return __half2float(__ushort_as_half(v.bits)); }
+  static __device__ __forceinline__ Half Narrow(float f) { return Half{__half_as_ushort(__float2half_rn(f))}; }
 };
 template <>
 struct Dev<BFloat16> {
