@@ -47,21 +47,29 @@ def _bfloat16_outputs(op, inputs):
     return [i for i, t in enumerate(types) if t == TensorProto.BFLOAT16]
 
 
-def ort_session(op, inputs, attrs, threads=2):
-    import onnxruntime as ort
+def single_op_model(op, inputs, attrs, constant_inputs=()):
+    """The one-node model every ORT runner here uses (``constant_inputs``: indices that become initializers)."""
     from onnx import TensorProto, helper
 
     # Untyped outputs: the library, not the Python shape function, must judge every input.
-    model = ort_ops.make_single_op_model(op, [np.asarray(x) for x in inputs], attrs, typed_outputs=False)
+    model = ort_ops.make_single_op_model(op, [np.asarray(x) for x in inputs], attrs, constant_inputs=constant_inputs,
+                                         typed_outputs=False)
     # onnxruntime's Python API cannot hand out bfloat16 arrays: such outputs get an exact Cast to
-    # float32 in the graph (run_ort casts them back).
+    # float32 in the graph (decode_outputs casts them back).
     node = model.graph.node[0]
     for i in _bfloat16_outputs(op, inputs):
         name = node.output[i]
         node.output[i] = name + "_bfloat16"
         model.graph.node.append(helper.make_node("Cast", [name + "_bfloat16"], [name], to=TensorProto.FLOAT))
+    return model
+
+
+def ort_session(op, inputs, attrs, threads=2):
+    import onnxruntime as ort
+
     return ort.InferenceSession(
-        model.SerializeToString(), _ort_session_options(threads), providers=["CPUExecutionProvider"]
+        single_op_model(op, inputs, attrs).SerializeToString(), _ort_session_options(threads),
+        providers=["CPUExecutionProvider"],
     )
 
 
@@ -81,13 +89,7 @@ def run_ort(op, inputs, attrs, threads=2):
     try:
         sess = ort_session(op, inputs, attrs, threads)
         feed = {p.name: _ort_feed(np.asarray(x)) for p, x in zip(spec.inputs, inputs)}
-        outs = [v.numpy() for v in sess.run_with_ort_values(None, feed)]
-        if _bfloat16_outputs(op, inputs):
-            import ml_dtypes
-
-            for i in _bfloat16_outputs(op, inputs):
-                outs[i] = outs[i].astype(ml_dtypes.bfloat16)  # exact: the values are bfloat16's
-        return tuple(outs)
+        return decode_outputs(op, inputs, [v.numpy() for v in sess.run_with_ort_values(None, feed)])
     except OpError as e:
         raise BackendError(str(e)) from e
     except Exception as e:  # onnxruntime raises its own exception classes
@@ -96,5 +98,30 @@ def run_ort(op, inputs, attrs, threads=2):
         raise
 
 
+def decode_outputs(op, inputs, outs):
+    """The op's outputs from a single_op_model's: bfloat16 ones come back from their float32 Cast."""
+    outs = list(outs)
+    if _bfloat16_outputs(op, inputs):
+        import ml_dtypes
+
+        for i in _bfloat16_outputs(op, inputs):
+            outs[i] = outs[i].astype(ml_dtypes.bfloat16)  # exact: the values are bfloat16's
+    return tuple(outs)
+
+
+def run_cuda(op, inputs, attrs):
+    """ONNX Runtime's CUDAExecutionProvider with the library (device-resident inputs and outputs; the node
+    must run on CUDA, no CPU fallback). Not in BACKENDS: it needs a GPU (tests/cuda_support.py)."""
+    import cuda_support
+
+    outcome = cuda_support.run(cuda_support.CUDA, op, inputs, attrs)
+    if outcome.error is not None:
+        raise BackendError(outcome.error)
+    placement = cuda_support.placement_problem(outcome, cuda_support.CUDA, op)
+    if placement:
+        raise AssertionError(placement)
+    return outcome.outputs
+
+
 def run(backend, op, inputs, attrs):
-    return {"numpy": run_numpy, "ort": run_ort}[backend](op, inputs, attrs)
+    return {"numpy": run_numpy, "ort": run_ort, "cuda": run_cuda}[backend](op, inputs, attrs)

@@ -282,23 +282,31 @@ TFOPS_ALWAYS_INLINE void ValidRange(i64 offset, i64 stride, i64 n, i64 out, i64*
 // Forward. acc[k] = round(acc[k] + w[k] * x[k / M]) per tap, where round is to the storage
 // precision for 16-bit types and the identity otherwise.
 
+// `round` when the storage type is narrower than A, else the identity.
+template <bool kRound, typename Round>
+TFOPS_ALWAYS_INLINE auto Rounding(Round round) {
+  if constexpr (kRound)
+    return round;
+  else
+    return Keep();
+}
+
 template <typename A, bool kRound, typename Round>
 TFOPS_ALWAYS_INLINE void TapM1(A* __restrict acc, const A* __restrict w, const A* __restrict x, i64 k, Round round) {
-  for (i64 i = 0; i < k; ++i) {
-    const A v = acc[i] + w[i] * x[i];
-    acc[i] = kRound ? round(v) : v;
-  }
+  const auto rnd = Rounding<kRound>(round);
+  for (i64 i = 0; i < k; ++i) acc[i] = TapStep(acc[i], w[i], x[i], Keep(), rnd);
 }
 
 template <typename A, bool kRound, typename Round>
 TFOPS_ALWAYS_INLINE void TapM(A* __restrict acc, const A* __restrict w, const A* __restrict x, i64 c, i64 m, Round round) {
+  const auto rnd = Rounding<kRound>(round);
   if (m == 2) {  // the common multiplier, unrolled so the pair shares one broadcast
     for (i64 ch = 0; ch < c; ++ch) {
       const A v = x[ch];
-      const A a0 = acc[2 * ch] + w[2 * ch] * v;
-      const A a1 = acc[2 * ch + 1] + w[2 * ch + 1] * v;
-      acc[2 * ch] = kRound ? round(a0) : a0;
-      acc[2 * ch + 1] = kRound ? round(a1) : a1;
+      const A a0 = TapStep(acc[2 * ch], w[2 * ch], v, Keep(), rnd);
+      const A a1 = TapStep(acc[2 * ch + 1], w[2 * ch + 1], v, Keep(), rnd);
+      acc[2 * ch] = a0;
+      acc[2 * ch + 1] = a1;
     }
     return;
   }
@@ -306,10 +314,7 @@ TFOPS_ALWAYS_INLINE void TapM(A* __restrict acc, const A* __restrict w, const A*
     const A v = x[ch];
     A* a = acc + ch * m;
     const A* f = w + ch * m;
-    for (i64 j = 0; j < m; ++j) {
-      const A s = a[j] + f[j] * v;
-      a[j] = kRound ? round(s) : s;
-    }
+    for (i64 j = 0; j < m; ++j) a[j] = TapStep(a[j], f[j], v, Keep(), rnd);
   }
 }
 
@@ -463,13 +468,14 @@ TFOPS_ALWAYS_INLINE void BackpropInputRows(const Geometry& g, const A* w, const 
     A* drow = dx + q * g.in_cols * C;
     // TF reduces the M products of a channel as SIMD registers: 8 floats or 4 doubles; 16-bit
     // types take the float tree and round each block and each running sum to T.
-    constexpr i64 kWidth = sizeof(A) == 4 ? 8 : 4;
+    constexpr int kWidth = MultiplierWidth<A>::value;
     const i64 full = M / kWidth * kWidth;
+    const auto rnd = Rounding<kRound>(round);
     if (M == 2 && !kRound) {  // the same two additions per channel, as a loop that vectorizes over c
       for (i64 x = 0; x < g.in_cols; ++x) {
         const A* __restrict v = a + x * K;
         A* __restrict d = drow + x * C;
-        for (i64 c = 0; c < C; ++c) d[c] = (A(0) + v[2 * c]) + v[2 * c + 1];
+        for (i64 c = 0; c < C; ++c) d[c] = AddStep(AddStep(A(0), v[2 * c], Keep(), rnd), v[2 * c + 1], Keep(), rnd);
       }
       continue;
     }
@@ -477,23 +483,9 @@ TFOPS_ALWAYS_INLINE void BackpropInputRows(const Geometry& g, const A* w, const 
       for (i64 c = 0; c < C; ++c) {
         const A* v = a + x * K + c * M;
         A s = 0;
-        for (i64 blk = 0; blk < full; blk += kWidth) {
-          A h0 = v[blk], h1 = v[blk + 1], h2 = v[blk + 2], h3 = v[blk + 3];
-          if (kWidth == 8) {  // first fold the upper half of the register onto the lower
-            h0 = h0 + v[blk + 4];
-            h1 = h1 + v[blk + 5];
-            h2 = h2 + v[blk + 6];
-            h3 = h3 + v[blk + 7];
-          }
-          A block = (h0 + h2) + (h1 + h3);
-          if (kRound) block = round(block);
-          s = s + block;
-          if (kRound) s = round(s);
-        }
-        for (i64 m = full; m < M; ++m) {
-          s = s + v[m];
-          if (kRound) s = round(s);
-        }
+        for (i64 blk = 0; blk < full; blk += kWidth)
+          s = AddStep(s, MultiplierBlock<kWidth>(v + blk, Keep(), rnd), Keep(), rnd);
+        for (i64 m = full; m < M; ++m) s = AddStep(s, v[m], Keep(), rnd);
         drow[x * C + c] = s;
       }
     }
@@ -679,10 +671,9 @@ void BackpropFilter(const Geometry& g, const T* input, const T* out_backprop, T*
         const i64 kb = (c1 - c0) * M;
         const i64 pos = taps * c0 * M + tap * kb + (k - c0 * M);
         A s = 0;
-        for (i64 b = 0; b < g.batch; ++b) {
-          s = s + partials[static_cast<size_t>(b * taps * K + pos)];
-          if (kRound) s = typename Types<T>::RoundOp()(s);
-        }
+        for (i64 b = 0; b < g.batch; ++b)
+          s = AddStep(s, partials[static_cast<size_t>(b * taps * K + pos)], Keep(),
+                      Rounding<kRound>(typename Types<T>::RoundOp()));
         filter_backprop[tap * K + k] = Storage<T>::Narrow(static_cast<typename Storage<T>::Compute>(s));
       }
     }

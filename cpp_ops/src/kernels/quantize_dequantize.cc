@@ -19,69 +19,13 @@ namespace {
 
 constexpr int64_t kGrain = 1 << 15;  // elements per parallel task (a shape-only choice)
 
-// The per-channel parameters of TF's ComputeQuantizationRange.
-template <typename T>
-struct QdqParams {
-  T min_range;  // the (adjusted) clamp range, used only when the range is given
-  T max_range;
-  T scale;    // quantization factor
-  T inverse;  // dequantization step
-};
-
-template <typename T>
-QdqParams<T> ComputeRange(T min_range, T max_range, const QdqOptions& o) {
-  int64_t q_lo, q_hi;
-  if (o.signed_input) {
-    const int64_t half = int64_t{1} << (o.num_bits - 1);
-    q_lo = o.narrow_range ? -half + 1 : -half;
-    q_hi = half - 1;
-  } else {
-    q_lo = 0;
-    q_hi = (int64_t{1} << o.num_bits) - 1;
-  }
-  const T min_q = static_cast<T>(q_lo);  // int64 -> T rounds to nearest, as in TF
-  const T max_q = static_cast<T>(q_hi);
-  const T big = std::numeric_limits<T>::max();
-  const T scale_from_min = (min_q * min_range > T(0)) ? min_q / min_range : big;
-  const T scale_from_max = (max_q * max_range > T(0)) ? max_q / max_range : big;
-  QdqParams<T> p;
-  if (scale_from_min < scale_from_max) {
-    p.scale = scale_from_min;
-    p.inverse = min_range / min_q;
-    p.min_range = min_range;
-    p.max_range = max_q * p.inverse;
-  } else {  // ties and the both-unbounded case take the max side
-    p.scale = scale_from_max;
-    p.inverse = max_range / max_q;
-    p.min_range = min_q * p.inverse;
-    p.max_range = max_range;
-  }
-  return p;
-}
-
-// A NaN as an arithmetic operation returns it: with the quiet bit set.
-template <typename T>
-T QuietNan(T v) {
-  using Bits = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
-  Bits bits;
-  std::memcpy(&bits, &v, sizeof bits);
-  bits |= Bits{1} << (std::numeric_limits<T>::digits - 2);
-  std::memcpy(&v, &bits, sizeof bits);
-  return v;
-}
-
 // ---- the elementwise pass
+// qdq::QuantizeOne with NativeArith: the CPU's FTZ/DAZ mode and x86's NaN rules make it TF's, and it
+// vectorizes (AVX2 clone: vroundps).
 template <typename T, bool kClamp, bool kHalfUp>
 inline void QdqLoop(const T* x, T* y, int64_t n, T lo, T hi, T scale, T inverse) {
   for (int64_t i = 0; i < n; ++i) {
-    T v = x[i];
-    if (kClamp) {
-      v = hi < v ? hi : v;  // Eigen cwiseMin(hi): std::min(v, hi)
-      v = v < lo ? lo : v;  // cwiseMax(lo): std::max(v, lo)
-    }
-    const T scaled = v * scale;
-    const T rounded = kHalfUp ? std::floor(scaled + T(0.5)) : std::nearbyint(scaled);
-    y[i] = rounded * inverse;
+    y[i] = qdq::QuantizeOne<qdq::NativeArith, kClamp, kHalfUp>(x[i], lo, hi, scale, inverse);
   }
 }
 
@@ -113,14 +57,7 @@ template <typename T, bool kClamp, bool kHalfUp>
 inline void QdqRowLoop(const T* __restrict x, T* __restrict y, int64_t n, const T* lo, const T* hi, const T* scale,
                        const T* inverse) {
   for (int64_t c = 0; c < n; ++c) {
-    T v = x[c];
-    if (kClamp) {
-      v = hi[c] < v ? hi[c] : v;
-      v = v < lo[c] ? lo[c] : v;
-    }
-    const T scaled = v * scale[c];
-    const T rounded = kHalfUp ? std::floor(scaled + T(0.5)) : std::nearbyint(scaled);
-    y[c] = rounded * inverse[c];
+    y[c] = qdq::QuantizeOne<qdq::NativeArith, kClamp, kHalfUp>(x[c], lo[c], hi[c], scale[c], inverse[c]);
   }
 }
 
@@ -173,17 +110,20 @@ void QuantizeDequantize(const T* x, T* y, const QdqView& view, const T* given_mi
   const int64_t n = view.pre * view.depth * view.post;
   if (n == 0) return;
   ScopedFlushDenormals flush;  // TF's mode; each parallel task below sets it on its own thread too
-  std::vector<QdqParams<T>> params(static_cast<std::size_t>(view.depth));
+  std::vector<QdqParams<T>> params;
+  const QdqGrid grid = GridOf(options);
   if (options.range_given) {
-    for (int64_t c = 0; c < view.depth; ++c) params[c] = ComputeRange(given_min[c], given_max[c], options);
+    params = GivenRangeParams(given_min, given_max, view.depth, options);
   } else if (view.per_axis) {
+    params.resize(static_cast<std::size_t>(view.depth));
     std::vector<T> lo(static_cast<std::size_t>(view.depth)), hi(lo.size());
     qdq_order::PerAxisExtremes(x, view.pre, view.depth, view.post, lo.data(), hi.data(), parallel);
-    for (int64_t c = 0; c < view.depth; ++c) params[c] = ComputeRange(lo[c], hi[c], options);
+    for (int64_t c = 0; c < view.depth; ++c) params[c] = qdq::ComputeRange<qdq::ExplicitArith>(lo[c], hi[c], grid);
   } else {
+    params.resize(1);
     T lo, hi;
     qdq_order::PerTensorExtremes(x, n, &lo, &hi, parallel);
-    params[0] = ComputeRange(lo, hi, options);
+    params[0] = qdq::ComputeRange<qdq::ExplicitArith>(lo, hi, grid);
   }
   const bool half_up = options.round_mode == QdqRoundMode::kHalfUp;
   if (view.post == 1 && view.depth > 1) {
@@ -219,7 +159,7 @@ void QuantizeDequantize(const T* x, T* y, const QdqView& view, const T* given_mi
       for (int64_t q = 0; q < view.post; ++q) {
         const T v = x[base + q];
         if (!std::isnan(v)) continue;  // a NaN input stays NaN through the clamp, the scaling and the rounding
-        y[base + q] = rule.KeepsInputNan(r, q, view.pre, view.post) ? QuietNan(v) : p.inverse;
+        y[base + q] = qdq::NanResult(v, p.inverse, rule.KeepsInputNan(r, q, view.pre, view.post));
       }
     }
   }
@@ -231,17 +171,25 @@ void QuantizeDequantizeGradient(const T* g, const T* x, T* dx, const QdqView& vi
   ForEachChannelSegment(view, parallel, [&](int64_t begin, int64_t end, int64_t c) {
     ScopedFlushDenormals flush;
     const T lo = min[c], hi = max[c];
-    // TF multiplies by a 0/1 mask under flush-to-zero. The compiler may fold g*1 to g (exact in IEEE),
-    // which would skip the flush, so the pass-through side flushes explicitly; g*0 keeps TF's -0 and
-    // inf*0 = NaN.
-    for (int64_t i = begin; i < end; ++i) {
-      const bool inside = x[i] >= lo && x[i] <= hi;
-      const T flushed = std::fabs(g[i]) < std::numeric_limits<T>::min() ? std::copysign(T(0), g[i]) : g[i];
-      dx[i] = inside ? flushed : g[i] * T(0);
-    }
+    for (int64_t i = begin; i < end; ++i) dx[i] = qdq::GradientOne<qdq::NativeArith>(g[i], x[i], lo, hi);
   });
 }
 
+template <typename T>
+std::vector<QdqParams<T>> GivenRangeParams(const T* given_min, const T* given_max, int64_t depth,
+                                           const QdqOptions& options) {
+  const QdqGrid grid = GridOf(options);
+  std::vector<QdqParams<T>> params(static_cast<std::size_t>(depth));
+  for (int64_t c = 0; c < depth; ++c) {
+    params[c] = qdq::ComputeRange<qdq::ExplicitArith>(given_min[c], given_max[c], grid);
+  }
+  return params;
+}
+
+template std::vector<QdqParams<float>> GivenRangeParams<float>(const float*, const float*, int64_t,
+                                                               const QdqOptions&);
+template std::vector<QdqParams<double>> GivenRangeParams<double>(const double*, const double*, int64_t,
+                                                                 const QdqOptions&);
 template void QuantizeDequantize<float>(const float*, float*, const QdqView&, const float*, const float*,
                                         const QdqOptions&, const Parallel&);
 template void QuantizeDequantize<double>(const double*, double*, const QdqView&, const double*, const double*,

@@ -1,11 +1,14 @@
 // ORT adapters of DepthwiseConv2dNative, ...BackpropInput and ...BackpropFilter: read the
-// attributes, validate shapes (and the int32 size vectors, read on the CPU) with the ORT-free
-// geometry functions, allocate the output and call the kernels in kernels/depthwise.cc.
+// attributes, validate shapes (and the int32 size vectors, read on the host) with the ORT-free
+// geometry functions, allocate the output and call the kernels in kernels/depthwise.cc, or on the
+// CUDA execution provider those of kernels/cuda/depthwise.cu (the size vectors are host inputs there).
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/depthwise.h"
 #include "kernels/depthwise.h"
+#include "kernels/device.h"
 #include "kernels/half.h"
 #include "ort/op_base.h"
 
@@ -51,6 +54,7 @@ template <typename T>
 class DepthwiseForward {
  public:
   static constexpr const char* kName = "DepthwiseConv2dNative";
+  static constexpr bool kHasCudaKernel = true;
   explicit DepthwiseForward(const KernelAttributes& attrs) : attrs_(ReadAttrs(attrs)) {}
 
   void Compute(KernelContext& ctx) const {
@@ -60,6 +64,12 @@ class DepthwiseForward {
     const Shape out_shape = g.OutputShape();
     ThrowIf(depthwise::CheckOutputSize(out_shape, "input, filter and attributes"));
     T* out = ctx.Output<T>(0, out_shape);
+    if constexpr (kWithCuda) {
+      if (ctx.OnCuda()) {
+        cuda::DepthwiseForward<T>(g, input.Data<T>(), filter.Data<T>(), out, ctx.Cuda());
+        return;
+      }
+    }
     depthwise::Forward<T>(g, input.Data<T>(), filter.Data<T>(), out, ctx.parallel());
   }
 
@@ -82,6 +92,8 @@ template <typename T>
 class DepthwiseBackpropInput {
  public:
   static constexpr const char* kName = "DepthwiseConv2dNativeBackpropInput";
+  static constexpr bool kHasCudaKernel = true;
+  static constexpr unsigned kHostInputs = 1u << 0;  // input_sizes
   explicit DepthwiseBackpropInput(const KernelAttributes& attrs) : attrs_(ReadAttrs(attrs)) {}
 
   void Compute(KernelContext& ctx) const {
@@ -92,6 +104,12 @@ class DepthwiseBackpropInput {
     const Shape out_shape = g.InputShape();
     ThrowIf(depthwise::CheckOutputSize(out_shape, "input_sizes"));
     T* out = ctx.Output<T>(0, out_shape);
+    if constexpr (kWithCuda) {
+      if (ctx.OnCuda()) {
+        cuda::DepthwiseBackpropInput<T>(g, filter.Data<T>(), dy.Data<T>(), out, ctx.Cuda());
+        return;
+      }
+    }
     depthwise::BackpropInput<T>(g, filter.Data<T>(), dy.Data<T>(), out, ctx.parallel());
   }
 
@@ -106,6 +124,8 @@ template <typename T>
 class DepthwiseBackpropFilter {
  public:
   static constexpr const char* kName = "DepthwiseConv2dNativeBackpropFilter";
+  static constexpr bool kHasCudaKernel = true;
+  static constexpr unsigned kHostInputs = 1u << 1;  // filter_sizes
   explicit DepthwiseBackpropFilter(const KernelAttributes& attrs) : attrs_(ReadAttrs(attrs)) {}
 
   void Compute(KernelContext& ctx) const {
@@ -116,6 +136,12 @@ class DepthwiseBackpropFilter {
     const Shape out_shape = g.FilterShape();
     ThrowIf(depthwise::CheckOutputSize(out_shape, "filter_sizes"));
     T* out = ctx.Output<T>(0, out_shape);
+    if constexpr (kWithCuda) {
+      if (ctx.OnCuda()) {
+        cuda::DepthwiseBackpropFilter<T>(g, input.Data<T>(), dy.Data<T>(), out, ctx.Cuda());
+        return;
+      }
+    }
     depthwise::BackpropFilter<T>(g, input.Data<T>(), dy.Data<T>(), out, ctx.parallel());
   }
 

@@ -1,9 +1,14 @@
 // ORT adapters for QuantizeAndDequantize{V2,V3,V4} and QuantizeAndDequantizeV4Grad (float, double):
 // validation in TF's order and wording (docs/semantics.md sections 2.4 and 2.5, as ort_ops/reference does it),
-// then the kernels in kernels/quantize_dequantize.h.
+// then the kernels in kernels/quantize_dequantize.h (CPU) or kernels/cuda/quantize_dequantize.h (CUDA EP).
+//
+// Host inputs on the CUDA EP: the forward ops' input_min/input_max (TF's per-tensor range check reads
+// them; given per-axis ranges become kernel launch arguments, see the CUDA header) and V3's num_bits.
+// V4Grad reads min/max only per element, so they stay in device memory.
 #include <algorithm>
 #include <string>
 
+#include "kernels/cuda/quantize_dequantize.h"
 #include "kernels/quantize_dequantize.h"
 #include "kernels/simd.h"
 #include "ort/op_base.h"
@@ -74,6 +79,12 @@ template <typename T>
 void RunForward(KernelContext& ctx, const Tensor& x, const Tensor& mn, const Tensor& mx, int64_t axis,
                 const QdqOptions& options) {
   T* y = ctx.Output<T>(0, x.shape);
+  if constexpr (kWithCuda) {
+    if (ctx.OnCuda()) {  // x and y in device memory, mn and mx in host memory (kHostInputs)
+      cuda::QuantizeDequantize<T>(x.Data<T>(), y, ChannelView(x, axis), mn.Data<T>(), mx.Data<T>(), options, ctx.Cuda());
+      return;
+    }
+  }
   QuantizeDequantize<T>(x.Data<T>(), y, ChannelView(x, axis), mn.Data<T>(), mx.Data<T>(), options, ctx.parallel());
 }
 
@@ -86,6 +97,8 @@ template <typename T, const char* kOpName>
 class QuantizeAndDequantizeV2V4 {
  public:
   static constexpr const char* kName = kOpName;
+  static constexpr bool kHasCudaKernel = true;
+  static constexpr unsigned kHostInputs = (1u << 1) | (1u << 2);  // input_min, input_max
 
   explicit QuantizeAndDequantizeV2V4(const KernelAttributes& attrs) {
     options_.signed_input = attrs.Bool("signed_input", true);
@@ -120,6 +133,8 @@ template <typename T>
 class QuantizeAndDequantizeV3 {
  public:
   static constexpr const char* kName = "QuantizeAndDequantizeV3";
+  static constexpr bool kHasCudaKernel = true;
+  static constexpr unsigned kHostInputs = (1u << 1) | (1u << 2) | (1u << 3);  // input_min, input_max, num_bits
 
   explicit QuantizeAndDequantizeV3(const KernelAttributes& attrs) {
     options_.signed_input = attrs.Bool("signed_input", true);
@@ -159,6 +174,7 @@ template <typename T>
 class QuantizeAndDequantizeV4Grad {
  public:
   static constexpr const char* kName = "QuantizeAndDequantizeV4Grad";
+  static constexpr bool kHasCudaKernel = true;  // every input in device memory
 
   explicit QuantizeAndDequantizeV4Grad(const KernelAttributes& attrs) : axis_(attrs.Int("axis", -1)) {
     if (axis_ < -1) throw OpError("Axis must be at least -1. Found " + Str(axis_));
@@ -203,6 +219,16 @@ class QuantizeAndDequantizeV4Grad {
     T* dx = ctx.Output<T>(0, x.shape);
     T* dmin = ctx.Output<T>(1, mn.shape);
     T* dmax = ctx.Output<T>(2, mx.shape);
+    if constexpr (kWithCuda) {
+      if (ctx.OnCuda()) {
+        const CudaLaunch launch = ctx.Cuda();
+        cuda::Zeros(dmin, mn.size, launch);
+        cuda::Zeros(dmax, mx.size, launch);
+        cuda::QuantizeDequantizeGradient<T>(g.Data<T>(), x.Data<T>(), dx, ChannelView(x, axis_), mn.Data<T>(),
+                                            mx.Data<T>(), launch);
+        return;
+      }
+    }
     std::fill(dmin, dmin + mn.size, T(0));
     std::fill(dmax, dmax + mx.size, T(0));
     QuantizeDequantizeGradient<T>(g.Data<T>(), x.Data<T>(), dx, ChannelView(x, axis_), mn.Data<T>(), mx.Data<T>(),
