@@ -1,4 +1,4 @@
-"""The CUDA batch-norm kernels run on the host (tests/cuda_emulation/batch_norm.cc) against TF's goldens and the CPU kernels.
+"""The CUDA batch-norm kernels run on the host (tests/cuda_emulation/batch_norm.cc) against TF and the CPU kernels.
 
 No GPU and no nvcc needed: kernels/cuda/batch_norm.cu is compiled by g++ after its launches are rewritten
 for tests/cuda_emulation/cuda_host_emu.h, which runs every block's threads as fibers over the launchers'
@@ -53,7 +53,8 @@ LAUNCH = re.compile(r"([A-Za-z_][\w:]*(?:<[^<>;]*>)?)<<<(.*?),\s*(\w+),\s*0,\s*s
 
 def emulated_source(text: str) -> tuple[str, int]:
     """The .cu text for the emulator: its CUDA headers swapped, each launch a call of emu::Launch."""
-    text = text.replace("#include <cuda_runtime.h>", '#include "cuda_host_emu.h"').replace("#include <cuda_fp16.h>\n", "")
+    text = text.replace("#include <cuda_runtime.h>", '#include "cuda_host_emu.h"')
+    text = text.replace("#include <cuda_fp16.h>\n", "")
     return LAUNCH.subn(lambda m: f"::emu::Launch(dim3({m[2]}), dim3({m[3]}), [&] {{ {m[1]}({m[4]}); }});", text)
 
 
@@ -88,7 +89,8 @@ def emu():
 
 def layout(shape, data_format):
     axis = 1 if data_format in ("NCHW", "NCDHW") else len(shape) - 1
-    return (int(np.prod(shape[:axis], dtype=np.int64)), int(shape[axis]), int(np.prod(shape[axis + 1:], dtype=np.int64)))
+    outer, inner = np.prod(shape[:axis], dtype=np.int64), np.prod(shape[axis + 1:], dtype=np.int64)
+    return int(outer), int(shape[axis]), int(inner)
 
 
 def stat_vector(v, channels):
@@ -172,11 +174,13 @@ def test_goldens(emu, op):
 
 SHAPES = [
     # channels last: 16-byte vectors or scalars, several tiles and channel groups, 5-D
-    ((2, 9, 50, 40), "NHWC"), ((2, 50, 60, 24), "NHWC"), ((1, 7, 20, 128), "NHWC"), ((3, 30, 20, 3), "NHWC"), ((2, 40, 50, 1), "NHWC"),
+    ((2, 9, 50, 40), "NHWC"), ((2, 50, 60, 24), "NHWC"), ((1, 7, 20, 128), "NHWC"), ((3, 30, 20, 3), "NHWC"),
+    ((2, 40, 50, 1), "NHWC"),
     ((1, 3, 5, 1000), "NHWC"), ((1, 1, 1, 17), "NHWC"), ((16, 1, 1, 8), "NHWC"), ((2, 3, 3, 9), "NHWC"),
     ((2, 2, 3, 3, 16), "NDHWC"),
     # channels first: planes split in chunks, several planes a tile, tiny planes, spatial size 1, 5-D
-    ((2, 3, 56, 56), "NCHW"), ((1, 2, 60, 150), "NCHW"), ((1, 3, 32, 64), "NCHW"), ((5, 7, 7, 7), "NCHW"), ((40, 6, 1, 2), "NCHW"),
+    ((2, 3, 56, 56), "NCHW"), ((1, 2, 60, 150), "NCHW"), ((1, 3, 32, 64), "NCHW"), ((5, 7, 7, 7), "NCHW"),
+    ((40, 6, 1, 2), "NCHW"),
     ((9, 4, 1, 1), "NCHW"), ((3, 16, 4, 4), "NCHW"), ((2, 5, 3, 3, 4), "NCDHW"),
     # empty x, no channels
     ((0, 3, 3, 4), "NHWC"), ((2, 0, 3, 3), "NCHW"), ((2, 3, 3, 0), "NHWC"),

@@ -28,7 +28,9 @@ namespace batch_norm {
 TFOPS_HD inline float Rsqrt(float a) { return 1.0f / sqrtf(a); }
 
 // k = rsqrt(variance + epsilon) * scale: the per-channel factor of y (and of the inference dx).
-TFOPS_HD inline float ScaleFactor(float variance, float epsilon, float scale) { return Rsqrt(variance + epsilon) * scale; }
+TFOPS_HD inline float ScaleFactor(float variance, float epsilon, float scale) {
+  return Rsqrt(variance + epsilon) * scale;
+}
 
 // y = (x - mean) * k + offset.
 TFOPS_HD inline float Normalize(float x, float mean, float k, float offset) { return (x - mean) * k + offset; }
@@ -46,7 +48,9 @@ TFOPS_HD inline float BesselFactor(std::int64_t rows) {
 
 // The running statistics with exponential_avg_factor f != 1: keep * old + weight * batch, where
 // keep = 1 - f, and weight = f for the mean, f * bessel for the (biased) batch variance.
-TFOPS_HD inline float RunningAverage(float keep, float old, float weight, float batch) { return keep * old + weight * batch; }
+TFOPS_HD inline float RunningAverage(float keep, float old, float weight, float batch) {
+  return keep * old + weight * batch;
+}
 
 // Training gradient. Summands over rows: dy * ((x - mean) * c0) (scale_backprop), dy
 // (offset_backprop) and dy * (x - mean), with c0 = rsqrt(saved variance + epsilon).

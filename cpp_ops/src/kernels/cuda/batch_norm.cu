@@ -75,7 +75,9 @@ struct Dev<Half> {
 };
 template <>
 struct Dev<BFloat16> {
-  static __device__ __forceinline__ float Widen(BFloat16 v) { return __uint_as_float(static_cast<unsigned>(v.bits) << 16); }
+  static __device__ __forceinline__ float Widen(BFloat16 v) {
+    return __uint_as_float(static_cast<unsigned>(v.bits) << 16);
+  }
   static __device__ __forceinline__ BFloat16 Narrow(float f) {
     const unsigned u = __float_as_uint(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) return BFloat16{static_cast<std::uint16_t>((u >> 16) | 0x40u)};
@@ -197,7 +199,9 @@ struct SumGradInference {
   __device__ void Summands(const Channel& ch, float dy, float x, float* s) const {
     batch_norm::GradInferenceSummands(dy, x, ch.mean, s);
   }
-  __device__ float Element(const Channel& ch, float dy, float) const { return batch_norm::GradInferenceElement(dy, ch.k); }
+  __device__ float Element(const Channel& ch, float dy, float) const {
+    return batch_norm::GradInferenceElement(dy, ch.k);
+  }
 };
 
 // y = (x - mean) * k + offset with the batch statistics (k from the variance fold).
@@ -746,7 +750,8 @@ template <typename T, int V, typename Op>
 void LaunchPartialV(const ReductionPlan<T>& plan, const T* a, const T* b, T* out, const Op& op, float* partial,
                     cudaStream_t stream) {
   const std::size_t bytes = sizeof(T) * V;
-  const bool aligned = Aligned(a, bytes) && (!Op::kTwoInputs || Aligned(b, bytes)) && (!Op::kWrites || Aligned(out, bytes));
+  const bool aligned =
+      Aligned(a, bytes) && (!Op::kTwoInputs || Aligned(b, bytes)) && (!Op::kWrites || Aligned(out, bytes));
   if (plan.rows_layout) {
     const dim3 grid(static_cast<unsigned>(plan.tiles), GridY(plan.rows.groups));
     RowsPartialKernel<T, V, Op><<<grid, kThreads, 0, stream>>>(plan.rows, a, b, out, aligned, op, partial);

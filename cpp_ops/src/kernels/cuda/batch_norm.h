@@ -8,10 +8,12 @@
 //
 // Exactness (docs/cuda.md): the per-element and per-channel formulas are the TFOPS_HD functions of
 // kernels/batch_norm.h, so every element is the CPU's float32 operation sequence on the same
-// statistics. The statistics' sums (mean, variance, the gradients' column sums) use a fixed
-// two-level tree instead of the CPU's sequential order: deterministic (the order depends on the
-// shape only, never on the GPU, the pointers' alignment or the run), within the suite's
-// tolerances of TF, not bit-identical to the CPU.
+// statistics: the outputs that need no sum (the inference forward's five, the inference
+// gradient's x_backprop) are the CPU kernels' bit for bit (NaN for NaN). The sums (mean, variance,
+// the gradients' column sums) use a fixed two-level tree instead of the CPU's sequential order:
+// deterministic (the order depends on the shape only, never on the GPU, the buffers' alignment or
+// the run), within the suite's tolerances of TF, and closer to the exact sums than the CPU's on
+// large batches; so everything computed from them differs from the CPU kernels in the last bits.
 #pragma once
 
 #include "kernels/batch_norm.h"
