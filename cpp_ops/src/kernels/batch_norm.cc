@@ -72,9 +72,6 @@ Layout LayoutOf(const std::vector<i64>& x, const std::string& fmt) {
   return l;
 }
 
-// rsqrt as the reference: the correctly rounded 1/sqrt (NaN for a negative argument).
-inline float Rsqrt(float a) { return 1.0f / std::sqrt(a); }
-
 // A float32 [R, C] view of x: x itself when it already is one, else a converted copy.
 template <typename T>
 const float* RowsOf(const Layout& l, const T* x, std::vector<float>* storage, const Parallel& par) {
@@ -263,9 +260,9 @@ void Forward(const Layout& l, const T* x, const float* scale, const float* offse
   }
   std::vector<float> k(static_cast<size_t>(C)), shift(static_cast<size_t>(C));
   if (!is_training) {
-    for (i64 c = 0; c < C; ++c) k[c] = Rsqrt(variance[c] + eps) * scale[c];
+    for (i64 c = 0; c < C; ++c) k[c] = ScaleFactor(variance[c], eps, scale[c]);
     const float* m = mean;
-    ElementwiseUnary(l, x, y, [&](i64 c, float v) { return (v - m[c]) * k[c] + offset[c]; }, par);
+    ElementwiseUnary(l, x, y, [&](i64 c, float v) { return Normalize(v, m[c], k[c], offset[c]); }, par);
     for (i64 c = 0; c < C; ++c) {
       batch_mean[c] = rs1[c] = mean[c];
       batch_variance[c] = rs2[c] = variance[c];
@@ -280,16 +277,13 @@ void Forward(const Layout& l, const T* x, const float* scale, const float* offse
   ColumnSums(R, C, bm.data(), [&](i64 r, i64 c) { return X[r * C + c]; }, par);
   for (i64 c = 0; c < C; ++c) bm[c] = bm[c] * inv;
   const float* mu = bm.data();
-  ColumnSums(R, C, bv.data(), [&](i64 r, i64 c) {
-    const float d = X[r * C + c] - mu[c];
-    return d * d;
-  }, par);
+  ColumnSums(R, C, bv.data(), [&](i64 r, i64 c) { return SquaredDeviation(X[r * C + c], mu[c]); }, par);
   for (i64 c = 0; c < C; ++c) {
     bv[c] = bv[c] * inv;
-    k[c] = Rsqrt(bv[c] + eps) * scale[c];
+    k[c] = ScaleFactor(bv[c], eps, scale[c]);
   }
-  ElementwiseUnary(l, x, y, [&](i64 c, float v) { return (v - mu[c]) * k[c] + offset[c]; }, par);
-  const float bessel = static_cast<float>(R) / static_cast<float>(std::max<i64>(R - 1, 1));
+  ElementwiseUnary(l, x, y, [&](i64 c, float v) { return Normalize(v, mu[c], k[c], offset[c]); }, par);
+  const float bessel = BesselFactor(R);
   if (f == 1.0f) {
     for (i64 c = 0; c < C; ++c) {
       batch_mean[c] = bm[c];
@@ -298,8 +292,8 @@ void Forward(const Layout& l, const T* x, const float* scale, const float* offse
   } else {
     const float keep = 1.0f - f, f_bessel = f * bessel;
     for (i64 c = 0; c < C; ++c) {
-      batch_mean[c] = keep * mean[c] + f * bm[c];
-      batch_variance[c] = keep * variance[c] + f_bessel * bv[c];
+      batch_mean[c] = RunningAverage(keep, mean[c], f, bm[c]);
+      batch_variance[c] = RunningAverage(keep, variance[c], f_bessel, bv[c]);
     }
   }
   for (i64 c = 0; c < C; ++c) {
@@ -328,37 +322,33 @@ void Grad(const Layout& l, const T* dy, const T* x, const float* scale, const fl
     std::vector<float> s_dxc(static_cast<size_t>(C));
     float* const sums[3] = {dscale, doffset, s_dxc.data()};
     RunningSums<3>(R, C, sums, [&](i64 r, i64 c, float* v) {
-      const float g = DY[r * C + c], xc = X[r * C + c] - saved_mean[c];
-      v[0] = g * (xc * cz[c]);
-      v[1] = g;
-      v[2] = g * xc;
+      GradTrainingSummands(DY[r * C + c], X[r * C + c], saved_mean[c], cz[c], v);
     }, par);
+    // Three arrays (not an array of structs), so that the loop below vectorizes over channels.
     std::vector<float> dym(static_cast<size_t>(C)), coef1(static_cast<size_t>(C)), coef2(static_cast<size_t>(C));
     const float inv = 1.0f / static_cast<float>(R);
     for (i64 c = 0; c < C; ++c) {
-      dym[c] = doffset[c] * inv;
-      const float m = s_dxc[c] / static_cast<float>(R);  // a division here, as the reference
-      coef1[c] = scale[c] * c0[c];
-      coef2[c] = (c0[c] * c0[c]) * m;
+      const GradTrainingCoefficients k = GradTrainingChannel(doffset[c], s_dxc[c], scale[c], c0[c], inv,
+                                                             static_cast<float>(R));
+      dym[c] = k.dy_mean;
+      coef1[c] = k.coef1;
+      coef2[c] = k.coef2;
     }
     ElementwiseBinary(l, dy, x, dx, [&](i64 c, float g, float v) {
-      const float xc = v - saved_mean[c];
-      return coef1[c] * ((g - dym[c]) - xc * coef2[c]);
+      return GradTrainingElement(g, v, saved_mean[c], dym[c], coef1[c], coef2[c]);
     }, par);
   } else {
     std::vector<float> s2(static_cast<size_t>(C));
     float* const sums[2] = {doffset, s2.data()};
     RunningSums<2>(R, C, sums, [&](i64 r, i64 c, float* v) {
-      const float g = DY[r * C + c];
-      v[0] = g;
-      v[1] = g * (X[r * C + c] - saved_mean[c]);
+      GradInferenceSummands(DY[r * C + c], X[r * C + c], saved_mean[c], v);
     }, par);
     std::vector<float> k(static_cast<size_t>(C));
     for (i64 c = 0; c < C; ++c) {
       k[c] = c0[c] * scale[c];
       dscale[c] = s2[c] * c0[c];
     }
-    ElementwiseUnary(l, dy, dx, [&](i64 c, float g) { return g * k[c]; }, par);
+    ElementwiseUnary(l, dy, dx, [&](i64 c, float g) { return GradInferenceElement(g, k[c]); }, par);
   }
   // TF's sum over a single row is a copy, so denormals-are-zero does not touch offset_backprop then.
   if (R == 1) {

@@ -5,15 +5,92 @@
 // (the adapter adds it), "" when the input is fine.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "kernels/device.h"
 #include "kernels/half.h"
 #include "kernels/parallel.h"
 
 namespace tfops {
 namespace batch_norm {
+
+// ---------------------------------------------------------------------------------------------
+// The arithmetic the CPU kernels (batch_norm.cc) and the CUDA kernels (cuda/batch_norm.cu) share:
+// every per-element and per-channel formula is one of these, so the two compute the same IEEE
+// float32 operations in the same order (docs/semantics.md section 3). Only the order of the
+// column sums differs between them. Under TF's denormal mode (the CPU's FTZ/DAZ bits, the GPU's
+// .ftz instructions) every operation here flushes its operands and its result.
+
+// rsqrt as the reference: the correctly rounded 1/sqrt (NaN for a negative argument).
+TFOPS_HD inline float Rsqrt(float a) { return 1.0f / sqrtf(a); }
+
+// k = rsqrt(variance + epsilon) * scale: the per-channel factor of y (and of the inference dx).
+TFOPS_HD inline float ScaleFactor(float variance, float epsilon, float scale) {
+  return Rsqrt(variance + epsilon) * scale;
+}
+
+// y = (x - mean) * k + offset.
+TFOPS_HD inline float Normalize(float x, float mean, float k, float offset) { return (x - mean) * k + offset; }
+
+// The summand of the training forward's variance: (x - mean)^2.
+TFOPS_HD inline float SquaredDeviation(float x, float mean) {
+  const float d = x - mean;
+  return d * d;
+}
+
+// Bessel's correction R / max(R - 1, 1), in float32 as TF computes it.
+TFOPS_HD inline float BesselFactor(std::int64_t rows) {
+  return static_cast<float>(rows) / static_cast<float>(rows > 1 ? rows - 1 : 1);
+}
+
+// The running statistics with exponential_avg_factor f != 1: keep * old + weight * batch, where
+// keep = 1 - f, and weight = f for the mean, f * bessel for the (biased) batch variance.
+TFOPS_HD inline float RunningAverage(float keep, float old, float weight, float batch) {
+  return keep * old + weight * batch;
+}
+
+// Training gradient. Summands over rows: dy * ((x - mean) * c0) (scale_backprop), dy
+// (offset_backprop) and dy * (x - mean), with c0 = rsqrt(saved variance + epsilon).
+TFOPS_HD inline void GradTrainingSummands(float dy, float x, float mean, float c0, float out[3]) {
+  const float xc = x - mean;
+  out[0] = dy * (xc * c0);
+  out[1] = dy;
+  out[2] = dy * xc;
+}
+
+// The per-channel coefficients of the training dx from the sums S(dy) and S(dy * (x - mean)):
+// mean(dy) = S(dy) * (1/R) but S(dy * (x - mean)) / R (TF multiplies in one, divides in the other).
+struct GradTrainingCoefficients {
+  float dy_mean, coef1, coef2;
+};
+TFOPS_HD inline GradTrainingCoefficients GradTrainingChannel(float sum_dy, float sum_dy_xc, float scale, float c0,
+                                                             float inv_rows, float rows) {
+  GradTrainingCoefficients k;
+  k.dy_mean = sum_dy * inv_rows;
+  const float m = sum_dy_xc / rows;
+  k.coef1 = scale * c0;
+  k.coef2 = (c0 * c0) * m;
+  return k;
+}
+
+// dx = coef1 * ((dy - mean(dy)) - (x - mean) * coef2).
+TFOPS_HD inline float GradTrainingElement(float dy, float x, float mean, float dy_mean, float coef1, float coef2) {
+  const float xc = x - mean;
+  return coef1 * ((dy - dy_mean) - xc * coef2);
+}
+
+// Inference ("frozen") gradient: summands dy (offset_backprop) and dy * (x - mean); then
+// scale_backprop = S(dy * (x - mean)) * c0 and dx = dy * (c0 * scale).
+TFOPS_HD inline void GradInferenceSummands(float dy, float x, float mean, float out[2]) {
+  out[0] = dy;
+  out[1] = dy * (x - mean);
+}
+TFOPS_HD inline float GradInferenceElement(float dy, float k) { return dy * k; }
+
+// ---------------------------------------------------------------------------------------------
 
 // x viewed as [outer, channels, inner]: channels-last formats have inner == 1.
 struct Layout {

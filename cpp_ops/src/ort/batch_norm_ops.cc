@@ -1,12 +1,15 @@
 // ORT adapters of FusedBatchNorm{,V2,V3} and FusedBatchNormGrad{,V2,V3}: read the attributes,
-// validate the shapes with the ORT-free checks, allocate the outputs and call kernels/batch_norm.cc.
-// Statistics (scale, offset, mean, variance, reserve spaces) are float32 in every version; x/y are
-// T = float (V1) or float/float16/bfloat16 (V2, V3).
+// validate the shapes with the ORT-free checks, allocate the outputs and call kernels/batch_norm.cc,
+// or on the CUDA execution provider kernels/cuda/batch_norm.cu (every input and output in device
+// memory there: no host inputs). Statistics (scale, offset, mean, variance, reserve spaces) are
+// float32 in every version; x/y are T = float (V1) or float/float16/bfloat16 (V2, V3).
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "kernels/batch_norm.h"
+#include "kernels/cuda/batch_norm.h"
+#include "kernels/device.h"
 #include "kernels/half.h"
 #include "ort/op_base.h"
 
@@ -31,6 +34,7 @@ template <typename T, int kVersion>
 class BatchNormForward {
  public:
   static constexpr const char* kName = kForwardNames[kVersion];
+  static constexpr bool kHasCudaKernel = true;
   explicit BatchNormForward(const KernelAttributes& a)
       : epsilon_(a.Float("epsilon", 0.0001f)),
         factor_(a.Float("exponential_avg_factor", 1.0f)),
@@ -49,7 +53,17 @@ class BatchNormForward {
     float* batch_variance = ctx.Output<float>(2, stats);
     float* rs1 = ctx.Output<float>(3, stats);
     float* rs2 = ctx.Output<float>(4, stats);
-    if (kVersion == 3) *ctx.Output<float>(5, Shape{}) = 0.0f;  // reserve_space_3: scalar 0 on CPU
+    // reserve_space_3: a scalar 0, as on TF's CPU (the CUDA kernels write it on the device).
+    float* rs3 = kVersion == 3 ? ctx.Output<float>(5, Shape{}) : nullptr;
+    if constexpr (kWithCuda) {
+      if (ctx.OnCuda()) {
+        cuda::BatchNormForward<T>(l, x.Data<T>(), scale.Data<float>(), offset.Data<float>(), mean.Data<float>(),
+                                  variance.Data<float>(), epsilon_, factor_, is_training_, y, batch_mean,
+                                  batch_variance, rs1, rs2, rs3, ctx.Cuda());
+        return;
+      }
+    }
+    if (rs3 != nullptr) *rs3 = 0.0f;
     batch_norm::Forward<T>(l, x.Data<T>(), scale.Data<float>(), offset.Data<float>(), mean.Data<float>(),
                            variance.Data<float>(), epsilon_, factor_, is_training_, y, batch_mean, batch_variance, rs1,
                            rs2, ctx.parallel());
@@ -73,6 +87,7 @@ template <typename T, int kVersion>
 class BatchNormGrad {
  public:
   static constexpr const char* kName = kGradNames[kVersion];
+  static constexpr bool kHasCudaKernel = true;
   explicit BatchNormGrad(const KernelAttributes& a)
       : epsilon_(a.Float("epsilon", 0.0001f)),
         data_format_(a.String("data_format", "NHWC")),
@@ -90,6 +105,13 @@ class BatchNormGrad {
     float* doffset = ctx.Output<float>(2, stats);
     ctx.Output<float>(3, Shape{0});  // TF's Eigen kernel returns shape-[0] placeholders
     ctx.Output<float>(4, Shape{0});
+    if constexpr (kWithCuda) {
+      if (ctx.OnCuda()) {
+        cuda::BatchNormGrad<T>(l, dy.Data<T>(), x.Data<T>(), scale.Data<float>(), rs1.Data<float>(),
+                               rs2.Data<float>(), epsilon_, is_training_, dx, dscale, doffset, ctx.Cuda());
+        return;
+      }
+    }
     batch_norm::Grad<T>(l, dy.Data<T>(), x.Data<T>(), scale.Data<float>(), rs1.Data<float>(), rs2.Data<float>(),
                         epsilon_, is_training_, dx, dscale, doffset, ctx.parallel());
   }

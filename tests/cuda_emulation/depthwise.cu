@@ -8,7 +8,7 @@
 // 16-bit types run with MXCSR FTZ/DAZ on, which is what -ftz=true gives float32 on the device;
 // float64 runs with it off, as the device's f64 instructions, so its explicit flushes are tested.
 //
-// Built and driven by tools/cuda_emu/test_depthwise_emu.py (nvcc, no GPU needed).
+// Built and driven by tests/test_cuda_emulation_depthwise.py (nvcc, no GPU needed).
 #include "kernels/cuda/depthwise.cu"
 
 #include <cstring>

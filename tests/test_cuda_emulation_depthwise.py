@@ -1,4 +1,4 @@
-"""The CUDA depthwise kernels' bodies run on the host (depthwise_emu.cu) against the C++ CPU kernels.
+"""The CUDA depthwise kernels' bodies run on the host (tests/cuda_emulation/depthwise.cu) against the C++ CPU kernels.
 
 No GPU is needed: nvcc compiles cpp_ops/src/kernels/cuda/depthwise.cu into a host library whose entry
 point runs each kernel's TFOPS_HD body over the launcher's grid, block shapes and barrier phases. What
@@ -8,16 +8,14 @@ kernels), and BackpropFilter's chunk/tree plan (within the suite's tolerance aga
 under several forced plans). What it cannot verify: anything only the GPU does (its float32 .ftz
 instructions, cvt rounding, the memory model, launch limits, speed).
 
-    ORT_OPS_LIBRARY=build/dev/libort_tf_ops.so PYTHONPATH=. python -m pytest -q tools/cuda_emu
+Needs nvcc (a CUDA toolkit, no GPU); CI has one.
 """
 from __future__ import annotations
 
 import ctypes
 import hashlib
 import os
-import shutil
 import subprocess
-import sys
 import zlib
 from pathlib import Path
 
@@ -25,13 +23,13 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests"))
+from backends import run_ort
+from cuda_emulation.build import nvcc_or_skip
+from golden_io import load_cases
+from test_cpp_depthwise import assert_bit_equal, make_attrs
+from test_depthwise import tolerance
 
-from backends import run_ort  # noqa: E402
-from golden_io import load_cases  # noqa: E402
-from test_cpp_depthwise import assert_bit_equal, make_attrs  # noqa: E402
-from test_depthwise import tolerance  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 FWD = "DepthwiseConv2dNative"
 BPI = "DepthwiseConv2dNativeBackpropInput"
@@ -43,7 +41,7 @@ DTYPE_CODE = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 3}
 TILES, ELEMENTS32, ELEMENTS64 = 0, 1, 2
 
 SOURCES = [
-    ROOT / "tools/cuda_emu/depthwise_emu.cu",
+    ROOT / "tests/cuda_emulation/depthwise.cu",
     ROOT / "cpp_ops/src/kernels/cuda/depthwise.cu",
     ROOT / "cpp_ops/src/kernels/cuda/depthwise.h",
     ROOT / "cpp_ops/src/kernels/cuda/common.cuh",
@@ -55,9 +53,7 @@ SOURCES = [
 
 
 def build_library() -> Path:
-    nvcc = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
-    if nvcc is None:
-        pytest.skip("nvcc not found")
+    nvcc = nvcc_or_skip()
     digest = hashlib.sha256(b"".join(p.read_bytes() for p in SOURCES)).hexdigest()[:16]
     out = Path(os.environ.get("TMPDIR", "/tmp")) / f"tfops_dw_emu_{digest}"
     lib = out / "libdwemu.so"
