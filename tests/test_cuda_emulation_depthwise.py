@@ -13,8 +13,6 @@ Needs nvcc (a CUDA toolkit, no GPU); CI has one.
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import os
 import subprocess
 import zlib
 from pathlib import Path
@@ -24,7 +22,7 @@ import numpy as np
 import pytest
 
 from backends import run_ort
-from cuda_emulation.build import nvcc_or_skip
+from cuda_emulation.build import build_folder, nvcc_or_skip
 from golden_io import load_cases
 from test_cpp_depthwise import assert_bit_equal, make_attrs
 from test_depthwise import tolerance
@@ -54,8 +52,7 @@ SOURCES = [
 
 def build_library() -> Path:
     nvcc = nvcc_or_skip()
-    digest = hashlib.sha256(b"".join(p.read_bytes() for p in SOURCES)).hexdigest()[:16]
-    out = Path(os.environ.get("TMPDIR", "/tmp")) / f"tfops_dw_emu_{digest}"
+    out = build_folder("dw_emu", SOURCES)
     lib = out / "libdwemu.so"
     if lib.exists():
         return lib
