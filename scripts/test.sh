@@ -14,3 +14,4 @@ export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2}
 .venv/bin/pytest -q -p no:cacheprovider tests "$@"
 bash scripts/test_without_tf.sh
 bash scripts/sanitize.sh
+bash scripts/test_ortgpu.sh
