@@ -29,7 +29,6 @@ import select
 import signal
 import struct
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -109,7 +108,8 @@ class _Worker:
         except (BrokenPipeError, ConnectionResetError):
             return None
 
-    def death(self) -> str:
+    def death(self):
+        """(how it ended, the tail of its stderr)."""
         try:
             code = self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
