@@ -15,3 +15,4 @@ export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2}
 bash scripts/test_without_tf.sh
 bash scripts/sanitize.sh
 bash scripts/example.sh   # the C++ serving example (examples/): built, run on CPU, outputs bit-compared with Python onnxruntime
+bash scripts/test_ortgpu.sh   # the lowering tests with standard models run by onnxruntime-gpu's CPU provider

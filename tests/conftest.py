@@ -7,6 +7,9 @@
 * A test module that needs TensorFlow declares ``pytestmark = pytest.mark.tensorflow``. Golden tests never
   import TensorFlow, so ``pytest tests -m "not tensorflow"`` runs them all where TF is not installed: the
   TF modules are then deselected without being imported (listed at the end of the run).
+* With ``TFOPS_TEST_ORT_PYTHON=<python>`` (scripts/test_ortgpu.sh), every standard-domain model the tests
+  run goes to that Python's ONNX Runtime in a child process (tests/isolated_ort.py): the assertion-enabled
+  onnxruntime-gpu build, where a malformed node aborts; a run in which no model went there fails.
 """
 import os
 import re
@@ -24,6 +27,7 @@ from tf_modes import pin_eigen  # noqa: E402
 pin_eigen()
 
 from backends import BACKENDS  # noqa: E402
+import isolated_ort  # noqa: E402
 
 TENSORFLOW_MARKER = "tensorflow"
 _DECLARES_TF = re.compile(r"^pytestmark\s*=.*\bmark\.tensorflow\b", re.M)
@@ -32,6 +36,22 @@ _deselected_modules = []
 
 def pytest_configure(config):
     config.addinivalue_line("markers", f"{TENSORFLOW_MARKER}: needs TensorFlow (live comparisons, conversions)")
+    if isolated_ort.enabled():
+        isolated_ort.install()
+
+
+def pytest_report_header(config):
+    if isolated_ort.enabled():
+        return f"standard-domain models run in a child process: {isolated_ort.describe()}"
+    return None
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if not isolated_ort.enabled():
+        return
+    isolated_ort.shutdown()
+    if isolated_ort.stats["sessions"] == 0 and session.testscollected and exitstatus == 0:
+        session.exitstatus = 1  # the stage would prove nothing
 
 
 def _marker_expression_excludes_tensorflow(config) -> bool:
@@ -58,6 +78,11 @@ def pytest_ignore_collect(collection_path, config):
 
 
 def pytest_terminal_summary(terminalreporter):
+    if isolated_ort.enabled():
+        st = isolated_ort.stats
+        terminalreporter.write_line(
+            f"isolated ONNX Runtime ({isolated_ort.ENV}): {st['sessions']} standard-domain models, {st['runs']} runs; "
+            f"{st['in_process']} other sessions in process" + ("" if st["sessions"] else " -- NO model ran there: failing"))
     if _deselected_modules:
         names = ", ".join(sorted(_deselected_modules))
         terminalreporter.write_line(f"deselected by -m, not imported: {len(_deselected_modules)} TensorFlow modules ({names})")

@@ -59,7 +59,10 @@ def pads(b: Lowering, padding: str, sizes, windows, strides, dilations, data_for
 
 
 def output_size(size: int, window: int, stride: int, dilation: int, before: int, after: int) -> int:
-    return (size + before + after - ((window - 1) * dilation + 1)) // stride + 1
+    """TF's windowed output size: C++'s truncating division, so a window that overhangs the padded input
+    by less than a stride (and up to 2 strides - 1) gives an empty output, not a negative one."""
+    span = size + before + after - ((window - 1) * dilation + 1) + stride
+    return span // stride if span >= 0 else -((-span) // stride)
 
 
 def forward_geometry(b: Lowering, padding: str, sizes, windows, strides, dilations, data_format: str,
@@ -69,12 +72,13 @@ def forward_geometry(b: Lowering, padding: str, sizes, windows, strides, dilatio
     TF's backprop kernels accept only an out_backprop of exactly this output size, so the handlers
     compute it here rather than reading it from out_backprop's shape, which tf2onnx may not know
     (e.g. behind the gradient of a Pad or Concat with a None batch: a Slice of run-time size).
+    An output size may be 0 (TF's empty output); the handlers then write zeros without a convolution.
     """
     padded = pads(b, padding, sizes, windows, strides, dilations, data_format, explicit)
     out = [output_size(n, k, s, d, before, after)
            for n, k, s, d, (before, after) in zip(sizes, windows, strides, dilations, padded)]
     for n, k, d, (before, after), n_out in zip(sizes, windows, dilations, padded, out):
-        if n_out < 1:
+        if n_out < 0:
             b.fail(f"the forward convolution's window ({k} taps, dilation {d}) does not fit the input's "
                    f"spatial size {n} padded by ({before}, {after})")
     return padded, out

@@ -89,29 +89,43 @@ def conv2d_backprop_filter(ctx, node, lowering):
     data_format = layout(b)
     strides, dilations, padding, explicit = _geometry(b, data_format)
     (height, width), in_channels = _static_spatial(b, 0, data_format, "input")
-    kh, kw, filter_in, _ = _constant_ints(b, 1, "filter_sizes", 4)
+    kh, kw, filter_in, filter_out = _constant_ints(b, 1, "filter_sizes", 4)
     if in_channels >= 0 and filter_in != in_channels:
         b.fail(f"grouped convolution (input has {in_channels} channels, filter_sizes {filter_in}) is not supported")
     padded, (out_h, out_w) = forward_geometry(b, padding, (height, width), (kh, kw), strides, dilations,
                                               data_format, explicit)
     check_out_backprop(b, 2, data_format, (out_h, out_w))
+    x_shape = b.shape(0)
     b.take_over()
+    if out_h * out_w == 0 or x_shape[0] == 0:
+        # No window positions (TF's empty output) or no batch: TF sums nothing, the gradient is +0.
+        b.emit(0, b.zeros([kh, kw, filter_in, filter_out], t))
+        return
     x, dy = b.inputs[0], b.inputs[2]
     to_cnhw = [3, 0, 1, 2] if data_format == "NHWC" else [1, 0, 2, 3]
     x = b.op("Transpose", x, perm=to_cnhw)
     dy = b.op("Transpose", dy, perm=to_cnhw)
-    # The padded input the forward conv read: exactly (k-1)*d + (out-1)*s + 1 rows and columns.
-    conv_pads_begin, conv_pads_end, crop_end = [], [], []
-    for size, k, s, d, (before, after), n_out in zip((height, width), (kh, kw), strides, dilations, padded, (out_h, out_w)):
-        needed = (k - 1) * d + (n_out - 1) * s + 1
-        extra = needed - size - before
-        conv_pads_begin.append(before)
-        conv_pads_end.append(max(extra, 0))
-        crop_end.append(size + min(extra, 0))
-    if crop_end != [height, width]:
-        x = b.op("Slice", x, b.const([0, 0], np.int64), b.const(crop_end, np.int64), b.const([2, 3], np.int64))
-    grad = b.op("Conv", x, dy, strides=list(dilations), dilations=list(strides),
-                pads=conv_pads_begin + conv_pads_end)
+    if x_shape[0] < 0:
+        # A batch known only at run time may be 0: then one zero image each (adding 0 * 0), since the
+        # batch is the Conv's channel axis here and ONNX Runtime's Conv hangs on zero channels.
+        x, dy = b.nonempty(x, 1, 4), b.nonempty(dy, 1, 4)
+    # The padded input the forward conv read: exactly (k-1)*d + (out-1)*s + 1 rows and columns, of which the
+    # first `before` are padding, then up to `size` input rows, then padding again.
+    needed, used = [], []
+    for size, k, s, d, (before, _), n_out in zip((height, width), (kh, kw), strides, dilations, padded, (out_h, out_w)):
+        needed.append((k - 1) * d + (n_out - 1) * s + 1)
+        used.append(min(size, needed[-1] - before))
+    if min(used) <= 0:
+        # The windows see padding only (an empty input, or leading padding beyond every window along
+        # an axis): correlate zeros of the padded size (0 * out_backprop, as TF), never an empty tensor.
+        x = b.zeros([None, None, needed[0], needed[1]], t, like=x)
+        pads_begin, pads_end = [0, 0], [0, 0]
+    else:
+        if used != [height, width]:  # input rows past the last window: cropped, in range (0 < used < size)
+            x = b.op("Slice", x, b.const([0, 0], np.int64), b.const(used, np.int64), b.const([2, 3], np.int64))
+        pads_begin = [before for before, _ in padded]
+        pads_end = [n - before - u for n, (before, _), u in zip(needed, padded, used)]
+    grad = b.op("Conv", x, dy, strides=list(dilations), dilations=list(strides), pads=pads_begin + pads_end)
     b.emit(0, b.op("Transpose", grad, perm=[2, 3, 0, 1]))
 
 
@@ -141,8 +155,15 @@ def conv2d_backprop_input(ctx, node, lowering):
     padded, (out_h, out_w) = forward_geometry(b, padding, (height, width), (kh, kw), strides, dilations,
                                               data_format, explicit)
     check_out_backprop(b, 2, data_format, (out_h, out_w))
+    batch = int(sizes[0]) if sizes is not None and sizes.size == 4 else None
+    channels = filter_in
     b.take_over()
     to_nchw, from_nchw, _ = LAYOUTS[data_format]
+    if out_h * out_w * height * width == 0:
+        # An empty input or TF's empty output: the gradient is zeros (or empty), without a ConvTranspose.
+        dims = [batch, height, width, channels] if data_format == "NHWC" else [batch, channels, height, width]
+        b.emit(0, b.zeros(dims, t, like=b.inputs[2]))
+        return
     dy = b.op("Transpose", b.inputs[2], perm=to_nchw)
     weights = b.op("Transpose", b.inputs[1], perm=[3, 2, 0, 1])
     full = b.op("ConvTranspose", dy, weights, strides=list(strides), dilations=list(dilations))

@@ -17,11 +17,13 @@ from converters.standard._builder import Lowering
 
 
 def _softmax_parts(b: Lowering, logits: str):
-    """(shifted logits, exp(shifted), sum over classes, keepdims) along the last axis."""
-    peak = b.reduce("ReduceMax", logits, [-1], keepdims=True)
+    """(shifted logits, exp(shifted), sum over classes, keepdims) along the class axis, 1 (the logits are
+    2-D). Not -1: onnxruntime(-gpu) 1.31's reductions skip a negative axis of an empty input (a None batch
+    that is 0 at run time), returning it unreduced."""
+    peak = b.reduce("ReduceMax", logits, [1], keepdims=True)
     shifted = b.op("Sub", logits, peak)
     exps = b.op("Exp", shifted)
-    return shifted, exps, b.reduce("ReduceSum", exps, [-1], keepdims=True)
+    return shifted, exps, b.reduce("ReduceSum", exps, [1], keepdims=True)
 
 
 def _check_rank2(b: Lowering, index: int, what: str, rank: int = 2):
@@ -41,7 +43,7 @@ def softmax_cross_entropy(ctx, node, lowering):
     logits, labels = b.inputs
     shifted, exps, total = _softmax_parts(b, logits)
     per_class = b.op("Mul", labels, b.op("Sub", b.op("Log", total), shifted))
-    b.emit(0, b.reduce("ReduceSum", per_class, [-1], keepdims=False))
+    b.emit(0, b.reduce("ReduceSum", per_class, [1], keepdims=False))
     b.emit(1, b.op("Sub", b.op("Div", exps, total), labels))
 
 
@@ -60,7 +62,7 @@ def sparse_softmax_cross_entropy(ctx, node, lowering):
     labels = b.op("Unsqueeze", b.cast(labels, TensorProto.INT64), b.const([1], np.int64))
     one_hot = b.cast(b.op("Equal", labels, class_ids), TensorProto.DOUBLE if t == np.float64 else TensorProto.FLOAT)
     shifted, exps, total = _softmax_parts(b, logits)
-    picked = b.reduce("ReduceSum", b.op("Mul", one_hot, shifted), [-1], keepdims=False)
+    picked = b.reduce("ReduceSum", b.op("Mul", one_hot, shifted), [1], keepdims=False)
     b.emit(0, b.op("Sub", b.op("Squeeze", b.op("Log", total), b.const([1], np.int64)), picked))
     b.emit(1, b.op("Sub", b.op("Div", exps, total), one_hot))
 

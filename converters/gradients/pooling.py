@@ -49,12 +49,24 @@ def _max_pool_grad(ctx, node, ksize, strides):
         b.fail("only float32 is converted (the exact argmax needs a wider key type)")
     data_format = layout(b)
     (kh, kw), (sh, sw) = _window_params(b, data_format, ksize, strides)
-    (height, width), _ = _static_input(b, 0, data_format, "orig_input")
+    (height, width), channels = _static_input(b, 0, data_format, "orig_input")
     padded = pads(b, b.attr("padding"), (height, width), (kh, kw), (sh, sw), (1, 1), data_format,
                   b.attr("explicit_paddings", []) or [])
+    for (before, after), k, side in zip(padded, (kh, kw), (("Top", "Bottom"), ("Left", "Right"))):
+        for p, name in zip((before, after), side):
+            if p >= k:  # TF's own check: a window wholly in the padding has no element to pick
+                b.fail(f"{name} padding {p} needs to be smaller than the window size {k}")
+    n_out = [output_size(n, k, st, 1, *p) for n, k, st, p in zip((height, width), (kh, kw), (sh, sw), padded)]
+    if min(n_out) < 0:
+        b.fail(f"the window ({kh}x{kw}) does not fit the input's spatial size {height}x{width}")
     if ctx.opset < 16:
         b.fail(f"needs opset 16 or later (ScatterElements with reduction), got {ctx.opset}")
     b.take_over()
+    if min(n_out) == 0 or height * width == 0:
+        # TF's empty output (a window that overhangs by less than a stride) or an empty input: no
+        # gradient reaches the input, and no MaxPool over an empty or too small input is written.
+        b.emit(0, b.zeros_like(b.inputs[0], t))
+        return
     to_nchw, from_nchw, _ = LAYOUTS[data_format]
     x = b.op("Transpose", b.inputs[0], perm=to_nchw)
     grad = daz(b, b.op("Transpose", b.inputs[2], perm=to_nchw), t)
@@ -69,9 +81,9 @@ def _max_pool_grad(ctx, node, ksize, strides):
     rows = _window_starts(height, kh, sh, *padded[0])
     cols = _window_starts(width, kw, sw, *padded[1])
     first = (rows[:, None] * width + cols[None, :]).reshape(-1)
-    flat_x = b.op("Reshape", x, b.const([0, 0, height * width], np.int64))
+    flat_x = b.reshape(x, [None, channels if channels >= 0 else None, height * width])
     first_x = b.op("Gather", flat_x, b.const(first, np.int64), axis=2)
-    first_x = b.op("Reshape", first_x, b.op("Shape", argmax))
+    first_x = b.reshape_to(first_x, b.op("Shape", argmax))
     plane = b.const(height * width, np.int64)
     plane_start = b.op("Sub", argmax, b.op("Mod", argmax, plane))
     first_index = b.op("Add", plane_start, b.const(first.reshape(len(rows), len(cols)), np.int64))
@@ -80,7 +92,7 @@ def _max_pool_grad(ctx, node, ksize, strides):
     zeros = b.zeros_like(b.op("Reshape", x, flat), t)
     summed = b.op("ScatterElements", zeros, b.op("Reshape", argmax, flat), b.op("Reshape", grad, flat),
                   axis=0, reduction="add")
-    summed = daz(b, b.op("Reshape", summed, b.op("Shape", x)), t)
+    summed = daz(b, b.reshape_to(summed, b.op("Shape", x)), t)
     b.emit(0, b.op("Transpose", summed, perm=from_nchw) if data_format == "NHWC" else summed)
 
 
@@ -116,7 +128,16 @@ def avg_pool_grad(ctx, node, lowering):
     else:
         b.fail(f"input orig_input_shape ({b.inputs[0]!r}) must be constant or the output's H, W, C known")
     padded = pads(b, b.attr("padding"), (height, width), (kh, kw), (sh, sw), (1, 1), data_format)
+    n_out = [output_size(n, k, st, 1, *p) for n, k, st, p in zip((height, width), (kh, kw), (sh, sw), padded)]
+    if min(n_out) < 0:
+        b.fail(f"the window ({kh}x{kw}) does not fit the input's spatial size {height}x{width}")
     b.take_over()
+    if min(n_out) == 0 or height * width * channels == 0:
+        # TF's empty output or an empty input: zeros of the input's shape, without a ConvTranspose.
+        batch = int(sizes[0]) if sizes is not None and sizes.size == 4 else None
+        dims = [batch, height, width, channels] if data_format == "NHWC" else [batch, channels, height, width]
+        b.emit(0, b.zeros(dims, t, like=b.inputs[1]))
+        return
     counts = []
     for size, k, s, (before, after) in zip((height, width), (kh, kw), (sh, sw), padded):
         starts = np.arange(output_size(size, k, s, 1, before, after)) * s - before

@@ -78,15 +78,16 @@ def resize_nearest_neighbor_grad(ctx, node, lowering):
     rows = nearest_sources(height, out_h, align, half)
     cols = nearest_sources(width, out_w, align, half)
     targets = (rows[:, None] * width + cols[None, :]).reshape(1, 1, -1)
+    channels = b.shape(0)[3] if b.shape(0)[3] >= 0 else None
     b.take_over()
     grads = b.op("Transpose", daz(b, b.inputs[0], t), perm=[0, 3, 1, 2])
-    grads = b.op("Reshape", grads, b.const([0, 0, out_h * out_w], np.int64))
+    grads = b.reshape(grads, [None, channels, out_h * out_w])
     indices = b.op("Expand", b.const(targets, np.int64), b.op("Shape", grads))
-    batch_channels = b.op("Slice", b.op("Shape", grads), b.const([0], np.int64), b.const([2], np.int64))
+    batch_channels = b.dims_of(grads, [0, 1])
     zeros_shape = b.op("Concat", batch_channels, b.const([height * width], np.int64), axis=0)
     zeros = b.op("ConstantOfShape", zeros_shape, value=_zero(t))
     summed = b.op("ScatterElements", zeros, indices, grads, axis=2, reduction="add")
-    summed = b.op("Reshape", daz(b, summed, t), b.const([0, 0, height, width], np.int64))
+    summed = b.reshape(daz(b, summed, t), [None, channels, height, width], like=summed)
     b.emit(0, b.op("Transpose", summed, perm=[0, 2, 3, 1]))
 
 

@@ -181,6 +181,73 @@ class Lowering:
             return self.op(kind, x, self.const(axes, np.int64), keepdims=keep)
         return self.op(kind, x, axes=axes, keepdims=keep)
 
+    def dims_of(self, x: str, indices: Sequence[int]) -> str:
+        """Shape(x)[indices] (int64), as a Gather of constant indices.
+
+        Not Shape's own start/end attributes: tf2onnx's optimizers evaluate a Shape node as the whole
+        shape whatever they say (its symbolic Reshape folding and its shape propagation, which then
+        builds e.g. a ConstantOfShape of the wrong rank); nor a Slice, whose bounds ONNX Runtime clamps.
+        """
+        return self.op("Gather", self.op("Shape", x), self.const(list(indices), np.int64), axis=0)
+
+    def reshape(self, x: str, dims, like: Optional[str] = None) -> str:
+        """Reshape ``x`` to ``dims``: an int is a size (at most one -1), ``None`` copies the dim at the
+        same index of ``like`` (default: ``x``) at run time.
+
+        ONNX's own copy marker, a 0 in the shape, is never written: tf2onnx's optimizers fold
+        Reshape(Reshape(a, s1), s2) into Reshape(a, s2), reading a 0 of s2 against a's dims instead of
+        the intermediate's, and they turn a Transpose that only moves size-1 dims (NHWC -> CNHW of one
+        channel) into such a Reshape. The folded shape is then wrong (for the 1-channel depthwise filter
+        gradient it made a Conv whose dilated kernel is larger than its padded input, and a Slice of
+        its negative-size output aborts assertion-enabled ONNX Runtime builds). A single copied dim
+        next to positive constant sizes is written as -1; otherwise the copied dims come from Shape.
+        """
+        dims = [None if d is None else int(d) for d in dims]
+        if None not in dims:
+            return self.op("Reshape", x, self.const(dims, np.int64))
+        known = [d for d in dims if d is not None]
+        if like is None and dims.count(None) == 1 and all(d > 0 for d in known):
+            return self.op("Reshape", x, self.const([-1 if d is None else d for d in dims], np.int64))
+        return self.op("Reshape", x, self._dims(dims, x if like is None else like))
+
+    def nonempty(self, x: str, axis: int, rank: int) -> str:
+        """``x`` with one slice of zeros appended along ``axis`` when that axis is empty at run time (a Pad
+        by 0, a plain copy, otherwise). For a dim that is only known at run time and must not be 0 where
+        it becomes a Conv's channel axis: ONNX Runtime's Conv loops forever over zero input channels."""
+        size = self.dims_of(x, [axis])
+        extra = self.op("Sub", self.const([1], np.int64), self.op("Min", size, self.const([1], np.int64)))
+        pads = self.op("Concat", self.const([0] * (rank + axis), np.int64), extra,
+                       self.const([0] * (rank - axis - 1), np.int64), axis=0)
+        return self.op("Pad", x, pads)
+
+    def reshape_to(self, x: str, shape: str) -> str:
+        """Reshape ``x`` to the run-time shape ``shape`` (a TF shape: a 0 in it is an empty dim, never
+        ONNX's copy marker), with allowzero from opset 14."""
+        if self.ctx.opset >= 14:
+            return self.op("Reshape", x, shape, allowzero=1)
+        return self.op("Reshape", x, shape)
+
+    def zeros(self, shape: Sequence, np_type, like: Optional[str] = None) -> str:
+        """Zeros of ``shape`` (ints; ``None`` copies the dim at that index of ``like`` at run time)."""
+        onnx_type = helper.np_dtype_to_tensor_dtype(np.dtype(np_type))
+        zero = helper.make_tensor("value", onnx_type, [1], [0])
+        shape = [None if d is None else int(d) for d in shape]
+        if None not in shape:
+            return self.op("ConstantOfShape", self.const(shape, np.int64), value=zero)
+        return self.op("ConstantOfShape", self._dims(shape, like), value=zero)
+
+    def _dims(self, dims, like: str) -> str:
+        """An int64 shape: constant runs of ``dims`` as they are, runs of None from Shape(like)."""
+        parts, i = [], 0
+        while i < len(dims):
+            j = i
+            copy = dims[i] is None
+            while j < len(dims) and (dims[j] is None) == copy:
+                j += 1
+            parts.append(self.dims_of(like, range(i, j)) if copy else self.const(dims[i:j], np.int64))
+            i = j
+        return parts[0] if len(parts) == 1 else self.op("Concat", *parts, axis=0)
+
     def zeros_like(self, x: str, np_type) -> str:
         """Zeros of ``x``'s runtime shape (never x*0, which keeps NaN)."""
         zero = helper.make_tensor("value", helper.np_dtype_to_tensor_dtype(np.dtype(np_type)), [1], [0])

@@ -107,6 +107,18 @@ def _grouped_weights(lw: Lowering, filt: str, c: int, m: int, kh: int, kw: int) 
     return lw.op("Reshape", lw.op("Transpose", filt, perm=[2, 3, 0, 1]), lw.const([c * m, 1, kh, kw], np.int64))
 
 
+def _empty_output(lw: Lowering, geo: _Geometry, in_shape, oh: int, ow: int, depth: int) -> str:
+    """float32 zeros of the forward output's shape when it is empty (the batch from the input)."""
+    batch = in_shape[0] if in_shape[0] >= 0 else None
+    return lw.zeros([batch, oh, ow, depth] if geo.nhwc else [batch, depth, oh, ow], np.float32, like=lw.inputs[0])
+
+
+def _padded_zeros(lw: Lowering, in_shape, h: int, w: int, c: int, nhwc: bool) -> str:
+    """float32 zeros standing for an empty input padded to h x w (the batch from the input)."""
+    batch = in_shape[0] if in_shape[0] >= 0 else None
+    return lw.zeros([batch, h, w, c] if nhwc else [batch, c, h, w], np.float32, like=lw.inputs[0])
+
+
 def _sizes(lw: Lowering, index: int, label: str):
     value = lw.constant_value(index)
     if value is None:
@@ -148,16 +160,29 @@ def lower_forward(ctx, node):
         if in_c >= 0 and in_c != c:
             lw.fail(f"input and filter must have the same depth: {in_c} vs {c}")
     h, w = geo.spatial(in_shape)
+    if c * m == 0 and (h < 0 or w < 0):
+        lw.fail("an empty filter (no channels) needs the input's spatial size at conversion time")
+    empty_input = False
     conv_attrs = dict(group=c, strides=[geo.stride, geo.stride], dilations=list(geo.dilations), kernel_shape=[kh, kw])
     if geo.padding == "SAME" and (h < 0 or w < 0):
         conv_attrs["auto_pad"] = "SAME_UPPER"  # the extra pad goes after, as TF's pad_before = total // 2
     else:
-        (_, pt, pb), (_, pl, pr) = (geo.dim(h, kh, 0), geo.dim(w, kw, 1)) if h >= 0 and w >= 0 else ((0, 0, 0), (0, 0, 0))
+        (oh, pt, pb), (ow, pl, pr) = (geo.dim(h, kh, 0), geo.dim(w, kw, 1)) if h >= 0 and w >= 0 else ((1, 0, 0), (1, 0, 0))
         if geo.padding == "EXPLICIT":
             (pt, pb), (pl, pr) = geo.explicit
-        conv_attrs["pads"] = [pt, pl, pb, pr]
+        if oh * ow * c * m == 0 or (in_shape is not None and in_shape[0] == 0):  # an empty output, or no groups
+            lw.take_over()
+            lw.emit(0, _back(lw, _empty_output(lw, geo, in_shape, oh, ow, c * m), t))
+            return
+        # An empty input that explicit padding makes non-empty: its windows see only padding, so the
+        # Conv reads zeros of the padded size (0 * filter, as TF's kernel computes it), never an empty tensor.
+        empty_input = h == 0 or w == 0
+        conv_attrs["pads"] = [0, 0, 0, 0] if empty_input else [pt, pl, pb, pr]
     lw.take_over()
-    x = geo.to_nchw(lw, _f32(lw, lw.inputs[0], t))
+    if empty_input:
+        x = _padded_zeros(lw, in_shape, h + pt + pb, w + pl + pr, c, nhwc=False)
+    else:
+        x = geo.to_nchw(lw, _f32(lw, lw.inputs[0], t))
     weights = _grouped_weights(lw, _f32(lw, lw.inputs[1], t), c, m, kh, kw)
     y = lw.op("Conv", x, weights, **conv_attrs)
     lw.emit(0, _back(lw, geo.from_nchw(lw, y), t))
@@ -173,6 +198,14 @@ def lower_backprop_input(ctx, node):
     if n_c != c:
         lw.fail(f"input and filter must have the same in_depth")
     h, w = geo.spatial(sizes)
+    (oh, _, _), (ow, _, _) = geo.dim(h, kh, 0), geo.dim(w, kw, 1)
+    if h * w * oh * ow * c * m == 0 or (lw.constant_value(0) is not None and sizes[0] == 0):
+        # An empty input or out_backprop, or no groups: the gradient is all zeros (TF sums nothing).
+        lw.take_over()
+        batch = sizes[0] if lw.constant_value(0) is not None else None
+        dims = [batch, h, w, c] if geo.nhwc else [batch, c, h, w]
+        lw.emit(0, _back(lw, lw.zeros(dims, np.float32, like=lw.inputs[2]), t))
+        return
     pads, out_pad = [], []
     for axis, (size, k) in enumerate(((h, kh), (w, kw))):
         out, before, _ = geo.dim(size, k, axis)
@@ -205,23 +238,60 @@ def lower_backprop_filter(ctx, node):
     t = _element_type(lw, [0, 2])
     geo = _Geometry(lw)
     kh, kw, c, m = _sizes(lw, 1, "filter_sizes")
-    h, w = geo.spatial(lw.shape(0))
+    in_shape = lw.shape(0)
+    h, w = geo.spatial(in_shape)
+    known = h >= 0 and w >= 0
+    empty = kh * kw * c * m == 0 or (in_shape is not None and len(in_shape) == 4 and in_shape[0] == 0)
+    if known and not empty:
+        (oh, _, _), (ow, _, _) = geo.dim(h, kh, 0), geo.dim(w, kw, 1)
+        empty = oh * ow == 0
+    if empty:
+        # No window positions or no batch (TF sums nothing: +0), or an empty filter: zeros, and no
+        # Conv with an empty kernel.
+        lw.take_over()
+        lw.emit(0, _back(lw, lw.zeros([kh, kw, c, m], np.float32), t))
+        return
     pads = []
     for axis, (size, k) in enumerate(((h, kh), (w, kw))):
         if geo.padding == "VALID":
             pads.append((0, 0))
         elif geo.padding == "EXPLICIT":
-            pads.append(geo.explicit[axis])  # padding after may exceed what the windows reach; sliced below
+            pads.append(geo.explicit[axis])
         else:
             if size < 0:
                 lw.fail("SAME padding needs the input's spatial size at conversion time")
             _, before, after = geo.dim(size, k, axis)
             pads.append((before, after))
+    # An empty input that explicit padding makes non-empty: the windows see only padding, so the
+    # correlation reads zeros of the padded size (0 * out_backprop, as TF), never an empty tensor.
+    empty_input = known and (h == 0 or w == 0)
+    if empty_input:
+        h, w = h + sum(pads[0]), w + sum(pads[1])
+        pads = [(0, 0), (0, 0)]
+    # With known sizes, whether the correlation (of the padded input with out_backprop dilated by the
+    # stride, stepping by the dilation) runs past the last tap, which EXPLICIT padding beyond the windows'
+    # reach does; it always reaches kh x kw positions, so the crop below is never out of range.
+    crop = True
+    if known:
+        crop = False
+        for size, k, (before, after), o, d in zip((h, w), (kh, kw), pads, (oh, ow), geo.dilations):
+            positions = (size + before + after - ((o - 1) * geo.stride + 1)) // d + 1
+            crop |= positions != k
     lw.take_over()
-    x, dy = _f32(lw, lw.inputs[0], t), _f32(lw, lw.inputs[2], t)
+    if empty_input:
+        x = _padded_zeros(lw, in_shape, h, w, c, nhwc=geo.nhwc)
+    else:
+        x = _f32(lw, lw.inputs[0], t)
+    dy = _f32(lw, lw.inputs[2], t)
     to_cn = [3, 0, 1, 2] if geo.nhwc else [1, 0, 2, 3]  # channels first, then batch
-    x_groups = lw.op("Reshape", lw.op("Transpose", x, perm=to_cn), lw.const([1, -1, 0, 0], np.int64))
+    x_cn = lw.op("Transpose", x, perm=to_cn)
     dy_weights = lw.op("Transpose", dy, perm=to_cn)  # [C*M, N, oh, ow]; group c has N input channels
+    if in_shape is None or in_shape[0] < 0:
+        # A batch known only at run time may be 0: then one zero image each (adding 0 * 0), since the
+        # batch is the Conv's channel axis here and ONNX Runtime's Conv hangs on zero channels.
+        x_cn, dy_weights = lw.nonempty(x_cn, 1, 4), lw.nonempty(dy_weights, 1, 4)
+    # [1, C*N, H, W], never with Reshape's 0 (see Lowering.reshape): a 1-channel transpose becomes a Reshape
+    x_groups = lw.reshape(x_cn, [1, -1, h, w] if known else [1, -1, None, None], like=x_cn)
     dw = lw.op(
         "Conv",
         x_groups,
@@ -231,8 +301,8 @@ def lower_backprop_filter(ctx, node):
         dilations=[geo.stride, geo.stride],
         pads=[pads[0][0], pads[1][0], pads[0][1], pads[1][1]],
     )
-    # Padding may let the correlation run past the last tap: keep the first kh x kw positions.
-    dw = lw.op("Slice", dw, lw.const([0, 0], np.int64), lw.const([kh, kw], np.int64), lw.const([2, 3], np.int64))
+    if crop:  # keep the first kh x kw positions
+        dw = lw.op("Slice", dw, lw.const([0, 0], np.int64), lw.const([kh, kw], np.int64), lw.const([2, 3], np.int64))
     dw = lw.op("Reshape", dw, lw.const([c, m, kh, kw], np.int64))
     lw.emit(0, _back(lw, lw.op("Transpose", dw, perm=[2, 3, 0, 1]), t))
 
