@@ -108,6 +108,12 @@ def test_random_parity(dtype, fmt):
         ((1, 9, 9, 2), (2, 3, 2, 2), 2, (2, 3), "EXPLICIT", ((2, 1), (0, 3))),  # dilation + stride + pads
         ((1, 2, 2, 1), (3, 3, 1, 1), 1, (1, 1), "EXPLICIT", ((3, 3), (3, 3))),  # taps that only see padding
         ((1, 5, 5, 13), (3, 3, 13, 1), 1, (1, 1), "SAME", None),  # channels not a multiple of the vector width
+        # Rows wide enough for the NCHW kernel's register blocks (32 columns) plus a tail, per stride.
+        ((2, 4, 75, 3), (3, 3, 3, 2), 1, (1, 1), "SAME", None),
+        ((1, 5, 113, 2), (3, 3, 2, 1), 2, (1, 1), "SAME", None),
+        ((1, 4, 140, 2), (3, 5, 2, 1), 3, (1, 2), "EXPLICIT", ((1, 2), (3, 1))),
+        ((1, 3, 96, 1), (2, 4, 1, 3), 2, (2, 3), "VALID", None),
+        ((1, 3, 64, 2), (3, 3, 2, 1), 2, (1, 1), "EXPLICIT", ((0, 1), (1, 2))),  # odd left padding, stride 2
     ],
 )
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
@@ -136,6 +142,13 @@ def test_special_values():
         x = rng.choice(specials, (2, 5, 5, 3)).astype(dtype)
         f = rng.choice(specials, (2, 2, 3, 2)).astype(dtype)
         check_all_three(x, f, make_attrs("NHWC", 1, (1, 1), "SAME"))
+        check_all_three(np.ascontiguousarray(x.transpose(0, 3, 1, 2)), f, make_attrs("NCHW", 1, (1, 1), "SAME"))
+        # A finite filter over special inputs in rows wide enough for the NCHW kernel's vectors, with padding
+        # taps (whose w * 0 must not change a sum, signed zeros included).
+        x = rng.choice(specials, (2, 3, 7, 40)).astype(dtype)
+        f = rng.choice(specials[3:], (3, 3, 3, 2)).astype(dtype)
+        for stride in (1, 2):
+            check_all_three(x, f, make_attrs("NCHW", stride, (1, 1), "SAME"))
 
 
 @pytest.mark.parametrize("dtype", [np.dtype(np.float32), np.dtype(np.float16)], ids=lambda d: d.name)

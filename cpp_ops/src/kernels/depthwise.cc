@@ -604,6 +604,9 @@ void Forward(const Geometry& g, const T* input, const T* filter, T* output, cons
   using A = typename Types<T>::A;
   const i64 rows = g.batch * g.out_rows;
   if (g.OutputSize() == 0) return;
+  if constexpr (std::is_same<T, float>::value) {
+    if (ForwardNchw(g, input, filter, output, par)) return;
+  }
   std::vector<A> in_buf, filter_buf, out_buf;
   const A* in = NhwcCompute(input, g.batch, g.in_rows, g.in_cols, g.in_depth, g.nchw, &in_buf, par);
   const A* w = NhwcCompute(filter, 1, 1, g.filter_rows * g.filter_cols, g.out_depth, false, &filter_buf, par);

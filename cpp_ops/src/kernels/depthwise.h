@@ -80,6 +80,10 @@ std::string BackpropFilterGeometry(const Attrs& attrs, const std::vector<std::in
 // T is float, double, Half or BFloat16. Outputs are fully written (zeros where nothing flows).
 template <typename T>
 void Forward(const Geometry& g, const T* input, const T* filter, T* output, const Parallel& par);
+// The float NCHW forward without layout copies (depthwise_nchw.cc), the same bits as the general path;
+// Forward tries it first. Returns false, having done nothing, where it does not apply (NHWC, or a
+// filter with an infinity or a NaN).
+bool ForwardNchw(const Geometry& g, const float* input, const float* filter, float* output, const Parallel& par);
 template <typename T>
 void BackpropInput(const Geometry& g, const T* filter, const T* out_backprop, T* in_backprop, const Parallel& par);
 template <typename T>

@@ -1,0 +1,194 @@
+// DepthwiseConv2dNative forward over float NCHW tensors, without the NHWC copies of the general path
+// (depthwise.cc). The converters give the op NCHW when its neighbours are ONNX convolutions
+// (converters/layout.py), so this is the inference path of a converted network.
+//
+// Same bits as the NHWC kernel. There each output element starts at 0 and adds w * x for the taps
+// inside the input, in (filter row, filter column) order, one rounding per operation (no FMA
+// contraction). Here each task copies one input plane into a zero-padded buffer and adds every tap,
+// the padding's included, in the same order: a padding tap adds w * 0 = +-0, which leaves any sum
+// unchanged (the sum is never -0: it starts at +0, and +0 + -0 is +0), as long as w is finite. A filter
+// holding an infinity or a NaN (w * 0 = NaN) goes to the general path instead.
+//
+// Layout of the padded buffer: for stride S each padded row is stored as S phase rows, phase p
+// holding columns p, p + S, p + 2S, ..., so the input column j * S + o of output column j is element
+// j + o / S of phase o % S: the inner loop reads contiguous vectors for any stride.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "kernels/depthwise.h"
+#include "kernels/simd.h"
+
+// Vectors of the GCC extension live only inside this file's cloned loops, never across an ABI boundary.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+namespace tfops {
+namespace depthwise {
+namespace {
+
+using i64 = std::int64_t;
+
+constexpr i64 kLanes = 8;   // one AVX2 register of floats (two SSE2 registers in the baseline clone)
+constexpr i64 kBlock = 32;  // output columns per step of the main loop: four independent sums per tap
+typedef float Vec __attribute__((vector_size(kLanes * sizeof(float))));
+
+// Helpers of the cloned loop are forced inline: GCC does not inline a default-target function into
+// a target clone, and an out-of-line call returning a vector would go through memory.
+#define TFOPS_ALWAYS_INLINE inline __attribute__((always_inline))
+
+TFOPS_ALWAYS_INLINE Vec Load(const float* p) {
+  Vec v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+struct PaddedPlane {
+  i64 rows = 0;       // padded rows
+  i64 phase_len = 0;  // elements per phase row, with kLanes of slack for the last vector
+  i64 stride = 1;
+  std::vector<float> data;
+
+  // Offset of column `col` of padded row `row`.
+  i64 Offset(i64 row, i64 col) const { return (row * stride + col % stride) * phase_len + col / stride; }
+};
+
+// The geometry of the padded plane (the same for every plane of a call).
+void PadShape(const Geometry& g, PaddedPlane* p) {
+  const i64 S = g.stride;
+  const i64 need_rows = (g.out_rows - 1) * S + (g.filter_rows - 1) * g.dilation_rows + 1;
+  const i64 need_cols = (g.out_cols - 1) * S + (g.filter_cols - 1) * g.dilation_cols + 1;
+  const i64 cols = std::max(need_cols, g.pad_left + g.in_cols);
+  p->rows = std::max(need_rows, g.pad_top + g.in_rows);
+  p->stride = S;
+  p->phase_len = (cols + S - 1) / S + kLanes;  // slack: the last vector of a row may read past it
+  p->data.assign(static_cast<size_t>(p->rows * S * p->phase_len), 0.0f);
+}
+
+// Copies plane `src` (in_rows x in_cols) into the buffer, deinterleaved into phases. Only the input's
+// own positions are written, always the same ones, so the padding stays zero from PadShape for every
+// plane a task copies.
+TFOPS_VECTOR_CLONES void FillPlane(const Geometry& g, const float* src, PaddedPlane* p) {
+  const i64 S = p->stride;
+  for (i64 r = 0; r < g.in_rows; ++r) {
+    const float* in = src + r * g.in_cols;
+    float* row = p->data.data() + (r + g.pad_top) * S * p->phase_len;
+    if (S == 1) {
+      std::memcpy(row + g.pad_left, in, static_cast<size_t>(g.in_cols) * sizeof(float));
+      continue;
+    }
+    i64 c0 = 0;
+    if (S == 2) {  // the common stride: split 16 columns into their 8 even and 8 odd ones per step
+      typedef int Mask __attribute__((vector_size(kLanes * sizeof(int))));
+      const Mask even = {0, 2, 4, 6, 8, 10, 12, 14}, odd = {1, 3, 5, 7, 9, 11, 13, 15};
+      float* to_even = row + (g.pad_left % 2) * p->phase_len + g.pad_left / 2;       // column c even
+      float* to_odd = row + ((g.pad_left + 1) % 2) * p->phase_len + (g.pad_left + 1) / 2;  // column c odd
+      for (; c0 + 2 * kLanes <= g.in_cols; c0 += 2 * kLanes) {
+        const Vec lo = Load(in + c0), hi = Load(in + c0 + kLanes);
+        const Vec e = __builtin_shuffle(lo, hi, even), o = __builtin_shuffle(lo, hi, odd);
+        std::memcpy(to_even + c0 / 2, &e, sizeof e);
+        std::memcpy(to_odd + c0 / 2, &o, sizeof o);
+      }
+    }
+    for (i64 c = c0; c < g.in_cols; ++c) {
+      const i64 pc = c + g.pad_left;
+      row[(pc % S) * p->phase_len + pc / S] = in[c];
+    }
+  }
+}
+
+// Output plane (out_rows x out_cols) from the padded input plane: taps[t] and offsets[t] are the filter
+// value and the buffer offset (for output position (0, 0)) of tap t, in (filter row, filter column)
+// order. Four independent sums per tap in each step: 32 columns of one row, then, for the columns
+// left over, one vector in each of four rows.
+TFOPS_VECTOR_CLONES void PlaneOutput(const Geometry& g, const PaddedPlane& p, const float* taps, const i64* offsets,
+                                     i64 n_taps, float* out) {
+  const i64 row_step = g.stride * p.stride * p.phase_len;  // output row i reads from padded row i * stride
+  const i64 cols = g.out_cols, full = cols / kBlock * kBlock;
+  const float* data = p.data.data();
+  for (i64 i = 0; i < g.out_rows; ++i) {
+    const float* base = data + i * row_step;
+    for (i64 j = 0; j < full; j += kBlock) {
+      Vec a0 = {}, a1 = {}, a2 = {}, a3 = {};
+      for (i64 t = 0; t < n_taps; ++t) {
+        const float w = taps[t];
+        const float* x = base + offsets[t] + j;
+        a0 = a0 + w * Load(x);
+        a1 = a1 + w * Load(x + kLanes);
+        a2 = a2 + w * Load(x + 2 * kLanes);
+        a3 = a3 + w * Load(x + 3 * kLanes);
+      }
+      float* o = out + i * cols + j;
+      std::memcpy(o, &a0, sizeof a0);
+      std::memcpy(o + kLanes, &a1, sizeof a1);
+      std::memcpy(o + 2 * kLanes, &a2, sizeof a2);
+      std::memcpy(o + 3 * kLanes, &a3, sizeof a3);
+    }
+  }
+  for (i64 j = full; j < cols; j += kLanes) {
+    const size_t bytes = static_cast<size_t>(std::min(kLanes, cols - j)) * sizeof(float);
+    i64 i = 0;
+    for (; i + 4 <= g.out_rows; i += 4) {
+      Vec a0 = {}, a1 = {}, a2 = {}, a3 = {};
+      const float* base = data + i * row_step + j;
+      for (i64 t = 0; t < n_taps; ++t) {
+        const float w = taps[t];
+        const float* x = base + offsets[t];
+        a0 = a0 + w * Load(x);
+        a1 = a1 + w * Load(x + row_step);
+        a2 = a2 + w * Load(x + 2 * row_step);
+        a3 = a3 + w * Load(x + 3 * row_step);
+      }
+      std::memcpy(out + i * cols + j, &a0, bytes);
+      std::memcpy(out + (i + 1) * cols + j, &a1, bytes);
+      std::memcpy(out + (i + 2) * cols + j, &a2, bytes);
+      std::memcpy(out + (i + 3) * cols + j, &a3, bytes);
+    }
+    for (; i < g.out_rows; ++i) {
+      Vec a = {};
+      const float* base = data + i * row_step + j;
+      for (i64 t = 0; t < n_taps; ++t) a = a + taps[t] * Load(base + offsets[t]);
+      std::memcpy(out + i * cols + j, &a, bytes);
+    }
+  }
+}
+
+bool AllFinite(const float* v, i64 n) {
+  for (i64 i = 0; i < n; ++i)
+    if (!std::isfinite(v[i])) return false;
+  return true;
+}
+
+}  // namespace
+
+bool ForwardNchw(const Geometry& g, const float* input, const float* filter, float* output, const Parallel& par) {
+  if (!g.nchw || !AllFinite(filter, g.FilterSize())) return false;
+  const i64 C = g.in_depth, M = g.depth_multiplier;
+  const i64 in_plane = g.in_rows * g.in_cols, out_plane = g.out_rows * g.out_cols;
+  const i64 work = std::max<i64>(out_plane * M * g.filter_rows * g.filter_cols, 1);
+  const i64 grain = std::max<i64>(1, (i64{1} << 16) / work);
+  par.ForRange(g.batch * C, grain, [&](i64 begin, i64 end) {
+    PaddedPlane padded;
+    PadShape(g, &padded);
+    const i64 n_taps = g.filter_rows * g.filter_cols;
+    std::vector<i64> offsets(static_cast<size_t>(n_taps));
+    std::vector<float> taps(static_cast<size_t>(n_taps));
+    for (i64 r = 0; r < g.filter_rows; ++r)
+      for (i64 s = 0; s < g.filter_cols; ++s)
+        offsets[r * g.filter_cols + s] = padded.Offset(r * g.dilation_rows, s * g.dilation_cols);
+    for (i64 q = begin; q < end; ++q) {  // q = b * C + c
+      FillPlane(g, input + q * in_plane, &padded);
+      const i64 c = q % C;
+      for (i64 m = 0; m < M; ++m) {
+        const i64 k = c * M + m;
+        for (i64 t = 0; t < n_taps; ++t) taps[t] = filter[t * g.out_depth + k];
+        PlaneOutput(g, padded, taps.data(), offsets.data(), n_taps, output + ((q / C) * g.out_depth + k) * out_plane);
+      }
+    }
+  });
+  return true;
+}
+
+}  // namespace depthwise
+}  // namespace tfops
