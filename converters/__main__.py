@@ -42,6 +42,11 @@ def parse_args(argv=None):
         help="keep the trainable variables as graph inputs named after them, with their current values as "
         "same-name initializers (feed new weights step after step)",
     )
+    p.add_argument(
+        "--fold-batch-norm", action="store_true",
+        help="fold inference-mode batch norms with constant statistics into the preceding convolution (custom "
+        "lowering): faster, but not bit-exact (quantized outputs may move by a grid step)",
+    )
     p.add_argument("--verify", action="store_true", help="run TF and ONNX Runtime on seeded random inputs and compare")
     p.add_argument("--seed", type=int, default=0, help="seed of the --verify inputs")
     args = p.parse_args(argv)
@@ -89,6 +94,8 @@ def main(argv=None) -> int:
     from converters.errors import ConversionError, UnconvertedOpsError
 
     common = dict(lowering=args.lowering, opset=args.opset, output_path=args.output)
+    if args.fold_batch_norm:
+        common["fold_batch_norm"] = True
     state = dict(variable_updates="outputs" if args.variable_update_outputs else "warn", trainable_inputs=args.trainable_inputs)
     keras_model = None
     try:

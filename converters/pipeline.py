@@ -16,6 +16,8 @@ from converters.completeness import check_fully_converted
 from converters.errors import ConversionError, LoweringError
 from converters.family import FAMILY_OPS, shield_family_nodes, shielded_type
 from converters.gradients import gradient_handlers, shield_gradient_nodes
+from converters.fusions import fold_batch_norm_class, pad_into_depthwise_class
+from converters.layout import optimizers as layout_optimizers
 from converters.lowering_custom import lower_to_custom_node
 from converters.verification import EXACT_OUTPUTS_KEY, quantization_outputs
 from ort_ops.model import IR_VERSION
@@ -71,8 +73,9 @@ def _family_handlers(lowering: str, failures: list) -> dict:
     return handlers
 
 
-def _optimize(g):
-    """tf2onnx's optimizers, as tf2onnx.convert runs them, with one copy of the graph instead of dozens.
+def _optimize(g, fold_batch_norm: bool = False):
+    """tf2onnx's optimizers, as tf2onnx.convert runs them, with one copy of the graph instead of dozens,
+    the transpose optimizer taught our ops (converters.layout) and our fusions (converters.fusions).
 
     With ``catch_errors=True`` tf2onnx deep-copies the whole graph (constants included) before every
     optimizer in every round (12 optimizers, two or more rounds), so that it can go on from the copy
@@ -85,12 +88,16 @@ def _optimize(g):
 
     from tf2onnx import optimizer
 
+    passes = layout_optimizers()
+    passes["pad_into_depthwise"] = pad_into_depthwise_class()
+    if fold_batch_norm:
+        passes["fold_batch_norm"] = fold_batch_norm_class()
     backup = copy.deepcopy(g)
     try:
-        return optimizer.optimize_graph(g, catch_errors=False)
+        return optimizer.optimize_graph(g, catch_errors=False, optimizers=passes)
     except Exception:  # an optimizer failed: start again from the copy, skipping what fails
         logger.warning("a tf2onnx optimizer failed; optimizing again with tf2onnx's per-optimizer recovery", exc_info=True)
-        return optimizer.optimize_graph(backup, catch_errors=True)
+        return optimizer.optimize_graph(backup, catch_errors=True, optimizers=passes)
 
 
 def convert_frozen_graph(
@@ -104,8 +111,13 @@ def convert_frozen_graph(
     initialized_tables: Optional[dict] = None,
     shape_override: Optional[dict] = None,
     output_path: Optional[str] = None,
+    fold_batch_norm: bool = False,
 ) -> onnx.ModelProto:
     """Convert a frozen GraphDef (variables already constants) to an ONNX model.
+
+    ``fold_batch_norm=True`` folds inference-mode batch norms with constant statistics into the
+    preceding convolution (custom lowering; converters.fusions). It changes float rounding, so the
+    model no longer claims bit-exact quantization outputs.
 
     Raises LoweringError / ConversionError when a family op cannot be written in ``lowering``, and
     UnconvertedOpsError when tf2onnx left any op unconverted. The model has ir_version IR_VERSION.
@@ -133,7 +145,7 @@ def convert_frozen_graph(
         )
         if failures:
             raise failures[0]
-        g = _optimize(g)
+        g = _optimize(g, fold_batch_norm)
         model = g.make_model(f"converted from {name} by converters (tf2onnx, lowering={lowering})")
 
     # tf2onnx stamps the IR version it associates with the opset; ONNX Runtime needs ours.
@@ -144,6 +156,8 @@ def convert_frozen_graph(
         for i in reversed(del_imports):
             del model.opset_import[i]
     check_fully_converted(model)
+    if fold_batch_norm:
+        exact_outputs = []  # folded weights round differently: quantized values may move by a grid step
     onnx.helper.set_model_props(model, {EXACT_OUTPUTS_KEY: ",".join(exact_outputs)})
     if output_path:
         onnx.save_model(model, output_path)

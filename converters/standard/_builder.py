@@ -24,6 +24,11 @@ NP_TYPES = {
 }
 
 
+# Single IEEE operations, correctly rounded both by NumPy and by ONNX Runtime's float kernels (Lowering.op).
+_FOLDED = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide, "Sqrt": np.sqrt,
+           "Neg": np.negative}
+
+
 class Lowering:
     """Builds the replacement of one TF node.
 
@@ -86,9 +91,29 @@ class Lowering:
         return self.ctx.make_const(self._fresh("const"), np.asarray(value, dtype=dtype)).output[0]
 
     def op(self, op_type: str, *inputs: str, outputs: int = 1, **attrs):
-        """One standard-domain node; returns its output name (or a list of names when outputs > 1)."""
+        """One standard-domain node; returns its output name (or a list of names when outputs > 1).
+
+        An IEEE operation on float constants (``_FOLDED``) is computed here instead, as a constant:
+        e.g. batch norm's per-channel factor from frozen statistics. NumPy rounds each of these
+        operations correctly, as ONNX Runtime's kernels do, and neither flushes subnormals, so the
+        constant holds the bits the node would have computed.
+        """
+        folded = self._fold(op_type, inputs, outputs, attrs)
+        if folded is not None:
+            return folded
         node = self.ctx.make_node(op_type, list(inputs), attr=attrs, output_count=outputs, name=self._fresh(op_type))
         return node.output[0] if outputs == 1 else list(node.output)
+
+    def _fold(self, op_type: str, inputs, outputs: int, attrs):
+        fn = _FOLDED.get(op_type)
+        if fn is None or outputs != 1 or attrs or not all(self.ctx.is_const(i) for i in inputs):
+            return None
+        values = [np.asarray(self.ctx.get_tensor_value(i, as_list=False)) for i in inputs]
+        dtype = values[0].dtype
+        if dtype not in (np.float32, np.float64) or any(v.dtype != dtype for v in values):
+            return None
+        with np.errstate(all="ignore"):
+            return self.const(fn(*values), dtype)
 
     def emit(self, index: int, source: str):
         """Make ``source`` the TF node's output ``index``.

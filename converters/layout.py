@@ -1,0 +1,245 @@
+"""tf2onnx's transpose optimizer, taught the domain's ops and the element-wise ops our lowerings write.
+
+tf2onnx writes every NHWC convolution as Transpose -> Conv (NCHW) -> Transpose and then pushes the
+NCHW->NHWC Transposes down the graph until they meet the next convolution's NHWC->NCHW Transpose and
+cancel. It only pushes through op types it has a handler for; any other node keeps a Transpose pair
+on each side. Left alone, every node of our domain and every Floor or Where of the standard lowering
+stops the push, which costs two full copies of the tensor per node (issue 12).
+
+``optimizers()`` is tf2onnx's optimizer list with its transpose optimizer replaced by
+``LayoutOptimizer``, which adds handlers for:
+
+* the domain's ops whose result does not depend on the layout they are computed in:
+  - FakeQuantWithMinMaxArgs, FakeQuantWithMinMaxVars (scalar range): element-wise;
+  - QuantizeAndDequantizeV2/V3/V4 with a given range: element-wise per tensor, and per axis with the
+    axis moved along (a range taken from the data is not: which NaN or signed zero the reduction keeps
+    follows the element order, docs/semantics.md 2.6);
+  - FusedBatchNorm{,V2,V3} in inference mode: the node takes ``data_format`` NCHW (per-channel
+    element-wise work, the same float operations in either layout; a training-mode node sums its
+    columns in an order that follows the layout, so it keeps its own);
+  - DepthwiseConv2dNative and its two backprops: the node takes ``data_format`` NCHW with strides,
+    dilations, explicit paddings and the input_sizes shape permuted (the library computes every
+    layout with the same per-element order, so the bits do not change);
+* the standard element-wise ops tf2onnx has no handler for (Floor, Round, Div, Where, comparisons ...).
+
+Gradients whose outputs are sums over the tensor (FakeQuant*Gradient, QuantizeAndDequantizeV4Grad,
+FusedBatchNormGrad*) keep their layout: a different order of the same sum changes its last bits.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+
+from ort_ops.schemas import DOMAIN
+
+NHWC_TO_NCHW = [0, 3, 1, 2]
+NCHW_TO_NHWC = [0, 2, 3, 1]
+# The format a 4-D domain node takes when the Transpose with this perm is removed from its input. Only
+# NCHW->NHWC Transposes are pushed down through the domain's nodes: the direction tf2onnx pushes them
+# for its NCHW convolutions, until they cancel against the next convolution's NHWC->NCHW Transpose.
+_FLIPPED_FORMAT = {("NHWC", tuple(NCHW_TO_NHWC)): "NCHW"}
+_ELEMENTWISE_DOMAIN = ("FakeQuantWithMinMaxArgs", "FakeQuantWithMinMaxVars", "QuantizeAndDequantizeV2",
+                       "QuantizeAndDequantizeV3", "QuantizeAndDequantizeV4")
+
+# Standard ops that act element by element (with broadcasting), missing from tf2onnx's handler map.
+_UNARY_ELEMENTWISE = ("Floor", "Ceil", "Round", "IsNaN", "IsInf", "Not", "Sign", "Erf")
+_NARY_ELEMENTWISE = ("Div", "Pow", "Mod", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Equal", "And", "Or",
+                     "Xor", "Where")
+
+
+def _layout_optimizer_class():
+    from tf2onnx import utils
+    from tf2onnx.optimizer.transpose_optimizer import TransposeOptimizer
+
+    class LayoutOptimizer(TransposeOptimizer):
+        """tf2onnx's TransposeOptimizer with handlers for the domain's ops (see the module docstring)."""
+
+        def _initialize_handlers(self):
+            super()._initialize_handlers()
+            for op in _UNARY_ELEMENTWISE:
+                self._handler_map.setdefault(op, self._simple_through_handler)
+            for op in _NARY_ELEMENTWISE:
+                self._handler_map.setdefault(op, self._handle_node_having_branches)
+            domain = {
+                "FakeQuantWithMinMaxArgs": self._domain_elementwise,
+                "FakeQuantWithMinMaxVars": self._domain_elementwise,
+                "QuantizeAndDequantizeV2": self._domain_qdq,
+                "QuantizeAndDequantizeV3": self._domain_qdq,
+                "QuantizeAndDequantizeV4": self._domain_qdq,
+                "FusedBatchNorm": self._domain_batch_norm,
+                "FusedBatchNormV2": self._domain_batch_norm,
+                "FusedBatchNormV3": self._domain_batch_norm,
+                "DepthwiseConv2dNative": self._domain_depthwise,
+                "DepthwiseConv2dNativeBackpropInput": self._domain_depthwise_backprop_input,
+                "DepthwiseConv2dNativeBackpropFilter": self._domain_depthwise_backprop_filter,
+            }
+            for op, handler in domain.items():
+                self._handler_map[op] = (lambda h: lambda trans, node: node.domain == DOMAIN and h(trans, node))(handler)
+
+        # ----- helpers -----
+        def _fed_at(self, trans, node, index: int) -> bool:
+            """Whether ``trans`` feeds input ``index`` of ``node`` and no other input."""
+            hits = [i for i, name in enumerate(node.input) if name == trans.output[0]]
+            return hits == [index]
+
+        def _flipped_format(self, trans, node):
+            fmt = node.get_attr_value("data_format", "NHWC")
+            fmt = fmt.decode() if isinstance(fmt, bytes) else fmt
+            return _FLIPPED_FORMAT.get((fmt, tuple(trans.get_attr_value("perm"))))
+
+        def _set_format(self, node, fmt: str, perm_of_attrs):
+            """Set data_format and reorder the per-dim attributes (strides, dilations, explicit_paddings'
+            pairs) to the new format's order: new[j] = old[perm_of_attrs[j]]."""
+            node.set_attr("data_format", fmt)
+            for name in ("strides", "dilations"):
+                values = node.get_attr_value(name)
+                if values:
+                    node.set_attr(name, [values[p] for p in perm_of_attrs])
+            pads = node.get_attr_value("explicit_paddings")
+            if pads:
+                node.set_attr("explicit_paddings", [v for p in perm_of_attrs for v in pads[2 * p: 2 * p + 2]])
+
+        @staticmethod
+        def _elementwise(node) -> bool:
+            """Whether a domain node computes element by element (per tensor or per given axis)."""
+            if node.domain != DOMAIN or node.type not in _ELEMENTWISE_DOMAIN:
+                return False
+            if node.type.startswith("QuantizeAndDequantize"):
+                return bool(node.get_attr_value("range_given", 1 if node.type == "QuantizeAndDequantizeV3" else 0))
+            return True
+
+        # ----- handlers -----
+        def _domain_elementwise(self, trans, node):
+            """One tensor input at 0, the rest scalars; one output of the same shape."""
+            if not self._fed_at(trans, node, 0) or trans.get_attr_value("perm") != NCHW_TO_NHWC:
+                return False
+            return self._switch_transpose_and_node(node, trans)
+
+        def _domain_qdq(self, trans, node):
+            if not self._fed_at(trans, node, 0) or not self._elementwise(node):
+                return False
+            perm = trans.get_attr_value("perm")
+            if perm != NCHW_TO_NHWC:
+                return False
+            axis = node.get_attr_value("axis", -1)
+            if not self._switch_transpose_and_node(node, trans):
+                return False
+            if axis != -1:  # the node now sees the Transpose's input: dim `axis` of its old input is dim perm[axis]
+                node.set_attr("axis", perm[axis if axis >= 0 else axis + len(perm)])
+            return True
+
+        def _domain_batch_norm(self, trans, node):
+            if not self._fed_at(trans, node, 0) or node.get_attr_value("is_training", 1):
+                return False
+            fmt = self._flipped_format(trans, node)
+            if fmt is None or not self._switch_transpose_and_node(node, trans):
+                return False
+            node.set_attr("data_format", fmt)
+            return True
+
+        def _domain_depthwise(self, trans, node):
+            fmt = self._flipped_format(trans, node)
+            if fmt is None or not self._fed_at(trans, node, 0):
+                return False
+            if not self._switch_transpose_and_node(node, trans):
+                return False
+            self._set_format(node, fmt, _inverse(trans.get_attr_value("perm")))
+            return True
+
+        def _domain_depthwise_backprop_input(self, trans, node):
+            """input_sizes (a constant, permuted here), filter, out_backprop <- trans."""
+            fmt = self._flipped_format(trans, node)
+            if fmt is None or not self._fed_at(trans, node, 2) or not node.inputs[0].is_const():
+                return False
+            perm = trans.get_attr_value("perm")
+            sizes = node.inputs[0].get_tensor_value(as_list=False)
+            if sizes.shape != (4,) or not self._switch_transpose_and_node(node, trans):
+                return False
+            new_sizes = self._g.make_const(utils.make_name(node.name + "_input_sizes"), sizes[_inverse(perm)])
+            self._g.replace_input(node, node.input[0], new_sizes.output[0], 0)
+            self._set_format(node, fmt, _inverse(perm))
+            return True
+
+        def _domain_depthwise_backprop_filter(self, trans, node):
+            """input and out_backprop both arrive through Transposes of the same perm; the output is the
+            filter, which has no layout."""
+            fmt = self._flipped_format(trans, node)
+            if fmt is None or trans.output[0] not in (node.input[0], node.input[2]):
+                return False
+            perm = trans.get_attr_value("perm")
+            sources = []
+            for index in (0, 2):
+                producer = node.inputs[index]
+                if producer is None or producer.type != "Transpose" or producer.get_attr_value("perm") != perm:
+                    return False
+                sources.append(producer)
+            for index, producer in zip((0, 2), sources):
+                self._g.replace_input(node, node.input[index], producer.input[0], index)
+            for producer in {p.name: p for p in sources}.values():
+                if not self._g.find_output_consumers(producer.output[0]) and producer.output[0] not in self._g.outputs:
+                    self._g.remove_node(producer.name)
+            self._set_format(node, fmt, _inverse(perm))
+            return True
+
+        # ----- after the pushes -----
+        def post_optimize_action(self):
+            self._raise_transposes_over_elementwise()
+            super().post_optimize_action()
+
+        def _raise_transposes_over_elementwise(self):
+            """Transpose(q(x)) -> q(Transpose(x)) for element-wise domain nodes q of a graph input x: the
+            quantizer of a graph's NHWC input then reads the Transpose the first NCHW convolution needs,
+            which sits on the graph input instead of between two nodes. The same copy, moved; the pushes
+            above never move a Transpose of this direction back down."""
+            g = self._g
+            graph_inputs = {n.output[0] for n in g.get_nodes() if n.type == "Placeholder"}
+            moved = False
+            changed = True
+            while changed:
+                changed = False
+                for trans in list(g.get_nodes()):
+                    if trans.type != "Transpose" or g.get_node_by_name(trans.name) is None:
+                        continue
+                    q = trans.inputs[0]
+                    if q is None or not self._elementwise(q) or trans.output[0] in g.outputs:
+                        continue
+                    if q.output[0] in g.outputs or len(g.find_output_consumers(q.output[0])) != 1:
+                        continue
+                    if q.input[0] not in graph_inputs:
+                        continue
+                    perm = trans.get_attr_value("perm")
+                    x, y = q.input[0], trans.output[0]
+                    g.replace_all_inputs(y, q.output[0], ops=g.find_output_consumers(y))
+                    g.replace_input(trans, trans.input[0], x, 0)
+                    g.replace_input(q, x, y, 0)
+                    shape = g.get_shape(x)
+                    if shape:
+                        g.set_shape(y, [shape[i] for i in perm])
+                        g.set_shape(q.output[0], [shape[i] for i in perm])
+                    axis = q.get_attr_value("axis", -1) if q.type.startswith("QuantizeAndDequantize") else -1
+                    if axis != -1:  # q now reads Transpose(x), whose dim inverse(perm)[axis] is x's dim `axis`
+                        q.set_attr("axis", _inverse(perm)[axis if axis >= 0 else axis + len(perm)])
+                    changed = moved = True
+            if moved:
+                g.topological_sort(g.get_nodes())
+
+    return LayoutOptimizer
+
+
+def _inverse(perm):
+    inv = [0] * len(perm)
+    for i, p in enumerate(perm):
+        inv[p] = i
+    return inv
+
+
+def optimizers() -> "OrderedDict":
+    """tf2onnx's optimizers in its order, with the transpose optimizer replaced by LayoutOptimizer."""
+    from tf2onnx import optimizer
+    from tf2onnx.optimizer.transpose_optimizer import TransposeOptimizer
+
+    layout = _layout_optimizer_class()
+    return OrderedDict(
+        (name, layout if factory is TransposeOptimizer else factory) for name, factory in optimizer._get_optimizers().items()
+    )
