@@ -9,19 +9,23 @@ A given range that is a constant of the graph is adjusted at conversion time by 
 (ort_ops.reference._quantize_dequantize.compute_range, bit-exact against TF), so the graph holds only
 the per-element clamp, scale, round and rescale (``_lean_constant_range``); V4Grad's constant range
 becomes two constant bounds (``_lean_grad_bounds``).
+
+A range taken from the data (``_from_data``) is TF's reduction in Eigen's order, written out: which
+elements count (NaNs hide some), when the range is a NaN and which one, which signed zero an extreme
+keeps, and, for a NaN range, which NaN each output keeps. Bit for bit with the reference
+(``_qdq_eigen_order``) on every input, NaNs and signed zeros included.
 """
 from __future__ import annotations
 
 import numpy as np
 from onnx import TensorProto
-from onnx import helper as onnx_helper
 
 from converters.standard._builder import NP_TYPES, Lowering
+from ort_ops.reference import _qdq_eigen_order as order
 from ort_ops.reference import _quantize_dequantize as reference
 from ort_ops.specs.quantize_dequantize import axis_rank_message
 
 SUPPORTED = (TensorProto.FLOAT, TensorProto.DOUBLE)
-NP_TO_ONNX = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float64): TensorProto.DOUBLE}  # the only types TF has CPU kernels for
 
 
 def _element_type(lw: Lowering, indices):
@@ -82,12 +86,16 @@ def _check_constant_range(lw: Lowering, axis: int):
         lw.fail(f"Invalid range: input_min {float(mn):g} > input_max {float(mx):g}")
 
 
-def quantize_dequantize(lw, x, mn, mx, min_q, max_q, np_type, range_given: bool, half_up: bool) -> str:
-    """The quantize-dequantize formula for a (min, max) pair of tensor names (scalars or broadcastable)."""
+def quantize_dequantize(lw, x, mn, mx, min_q, max_q, np_type, range_given: bool, half_up: bool,
+                        flushed: bool = False, parts: bool = False):
+    """The quantize-dequantize formula for a (min, max) pair of tensor names (scalars or broadcastable).
+
+    ``flushed``: ``x`` is flushed already. ``parts``: return (output, inverse step, rounded input).
+    """
     # TF's kernels run with flush-to-zero/denormals-are-zero: flush the inputs and the range values
     # (the per-element products can only turn subnormal where these already are).
     f = lambda v: lw.flush(v, np_type)  # noqa: E731
-    x, mn, mx = f(x), f(mn), f(mx)
+    x, mn, mx = x if flushed else f(x), f(mn), f(mx)
     t_max = lw.const(np.finfo(np_type).max, np_type)
     zero = lw.const(0, np_type)
     qmin, qmax = lw.const(min_q, np_type), lw.const(max_q, np_type)  # int64 -> T, rounded like TF's cast
@@ -108,7 +116,8 @@ def quantize_dequantize(lw, x, mn, mx, min_q, max_q, np_type, range_given: bool,
         rounded = lw.op("Floor", lw.op("Add", scaled, lw.const(0.5, np_type)))
     else:
         rounded = lw.op("Round", scaled)  # ONNX Round is half to even, like rint
-    return lw.op("Mul", rounded, inv)
+    out = lw.op("Mul", rounded, inv)
+    return (out, inv, rounded) if parts else out
 
 
 def _lean_constant_range(lw: Lowering, x: str, mn, mx, axis: int, rank, grid, np_type, half_up: bool):
@@ -149,76 +158,212 @@ def _lean_constant_range(lw: Lowering, x: str, mn, mx, axis: int, rank, grid, np
     return lw.op("Mul", rounded, lw.const(inverse, np_type))
 
 
-def _data_range(lw: Lowering, x: str, axis: int, rank, np_type):
-    """min/max of the data (per tensor or per channel). NaN elements are left out of the reduction.
+# ---- a range taken from the data (range_given=False)
+#
+# TF reduces the (flushed) data in Eigen's order, and that order decides more than signs: a NaN can end
+# up as the range, and NaNs hide some of the values (docs/semantics.md 2.6, ort_ops/reference/
+# _qdq_eigen_order.py). ReduceMin/ReduceMax cannot say which element wins (nor handle NaN reliably: ORT's
+# float64 ReduceMin over [1, NaN, -inf, ...] gives 0), so the order's rules are written out below, with
+# the reductions only ever seeing NaN-free operands.
+#
+# A NaN range gives a NaN inverse step, so every output of that range is NaN; TF keeps the step's NaN
+# except for the elements ``keeps_input_nan`` names (per axis, HALF_UP), where a NaN input keeps its
+# own. ORT's Mul would pick between two NaNs by its operand order (which differs between its broadcast
+# paths), so the NaN is chosen with Where: ORT's Where (select X, select Y, keep the X selection where
+# it is nonzero) returns X's bits exactly where X is a NaN and Y's bits exactly, -0 included, so
+# ``Where(cond, a NaN, y)`` needs no sign repair.
 
-    A zero extreme takes the sign of the zero TF's reduction keeps (docs/semantics.md 2.6), which
-    ReduceMin/ReduceMax leave open: the sign becomes the step's and so every output zero's.
-    """
-    x = lw.flush(x, np_type)
-    is_nan = lw.op("IsNaN", x)
-    axes = None if axis == -1 else [a for a in range(rank) if a != axis]
-    keep = axis != -1
-    lo = lw.reduce("ReduceMin", lw.where(is_nan, lw.const(np.inf, np_type), x, np_type), axes, keep)
-    hi = lw.reduce("ReduceMax", lw.where(is_nan, lw.const(-np.inf, np_type), x, np_type), axes, keep)
-    kept_zero = _kept_zero_per_tensor(lw, x, np_type) if axis == -1 else _kept_zero_per_axis(lw, x, axis, rank, np_type)
-    zero = lw.const(0, np_type)
-    # (lw.where with the type: ORT's float Where may lose a zero's sign)
-    lo = lw.where(lw.op("Equal", lo, zero), kept_zero, lo, np_type)
-    hi = lw.where(lw.op("Equal", hi, zero), kept_zero, hi, np_type)
-    return lo, hi
+_BIG = 1 << 62  # an int64 key above every priority key here
 
 
 def _int(lw: Lowering, v) -> str:
     return lw.const(v, np.int64)
 
 
-def _kept_zero_per_tensor(lw: Lowering, x: str, np_type) -> str:
-    """The zero (with its sign) Eigen's vectorized full reduction keeps when the min or max is 0.
+def _scalar(lw: Lowering, v: str) -> str:
+    return lw.op("Reshape", v, _int(lw, []))
 
-    Ties keep the earlier operand everywhere except in the scalar tail, where the later element wins
-    and beats the packet result: so a zero in the tail (the last n % W elements) decides, the last one.
-    Otherwise the packet lanes: the horizontal fold halves the packet, a tie keeping the lower half, so
-    lanes rank by their index read with the bits reversed (W=8: 0, 4, 2, 6, 1, 5, 3, 7); within a lane,
-    the first of the four block accumulators (blocks of 4 packets) holding a zero, then the leftover
-    whole packets, each in order. This is a priority key per element; the smallest key is kept.
-    """
-    width = 8 if np_type == np.float32 else 4
-    v = lw.op("Concat", lw.op("Reshape", x, _int(lw, [-1])), lw.const([1], np_type), axis=0)  # never empty
-    n = lw.op("Size", x)
-    j = lw.op("Range", _int(lw, 0), lw.op("Size", v), _int(lw, 1))
-    whole4 = lw.op("Mul", lw.op("Div", n, _int(lw, 4 * width)), _int(lw, 4 * width))
-    whole = lw.op("Mul", lw.op("Div", n, _int(lw, width)), _int(lw, width))
+
+def _fold_rank(width: int):
+    """Each packet lane's rank in the horizontal fold (a tie keeps the lower half): the lane index read
+    with its bits reversed (W=8: lanes 0, 4, 2, 6, 1, 5, 3, 7 in that order)."""
     bits = width.bit_length() - 1
-    fold_rank = [int(format(lane, f"0{bits}b")[::-1], 2) for lane in range(width)]
-    lane = lw.op("Gather", _int(lw, fold_rank), lw.op("Mod", j, _int(lw, width)), axis=0)
-    block = lw.op("Where", lw.op("Less", j, whole4), lw.op("Mod", lw.op("Div", j, _int(lw, width)), _int(lw, 4)), _int(lw, 4))
-    span = lw.op("Add", n, _int(lw, 1))
-    packet_key = lw.op("Add", lw.op("Mul", lw.op("Add", lw.op("Mul", lane, _int(lw, 5)), block), span), j)
-    tail_key = lw.op("Sub", _int(lw, -1), j)  # negative: before every packet key, the later the smaller
-    key = lw.op("Where", lw.op("Less", j, whole), packet_key, tail_key)
-    masked = lw.op("Where", lw.op("Equal", v, lw.const(0, np_type)), key, _int(lw, np.iinfo(np.int64).max))
-    index = lw.op("ArgMin", masked, axis=0, keepdims=1)
-    return lw.op("Reshape", lw.op("Gather", v, index, axis=0), _int(lw, []))
+    return [int(format(lane, f"0{bits}b")[::-1], 2) for lane in range(width)]
 
 
-def _kept_zero_per_axis(lw: Lowering, x: str, axis: int, rank: int, np_type) -> str:
-    """Per channel, the zero TF's per-axis reduction keeps: its scalar scan over (post, pre) lets the
-    later of two tied zeros win, so the last zero in that order decides. Shaped like the keepdims range."""
-    shape = lw.op("Shape", x)
-    pre = _int(lw, [1]) if axis == 0 else lw.reduce("ReduceProd", lw.op("Slice", shape, _int(lw, [0]), _int(lw, [axis])), [0], True)
-    depth = lw.op("Slice", shape, _int(lw, [axis]), _int(lw, [axis + 1]))
-    x3 = lw.op("Reshape", x, lw.op("Concat", pre, depth, _int(lw, [-1]), axis=0))
-    # [depth, post, pre] flattened per channel: position q * pre + r is the scan order
-    scan = lw.op("Reshape", lw.op("Transpose", x3, perm=[1, 2, 0]), lw.op("Concat", depth, _int(lw, [-1]), axis=0))
-    ones = lw.op("ConstantOfShape", lw.op("Concat", depth, _int(lw, [1]), axis=0),
-                 value=onnx_helper.make_tensor("value", NP_TO_ONNX[np.dtype(np_type)], [1], [1]))
-    scan = lw.op("Concat", scan, ones, axis=1)  # a nonzero last column: never empty, never chosen
-    position = lw.op("Range", _int(lw, 0), lw.op("Gather", lw.op("Shape", scan), _int(lw, 1), axis=0), _int(lw, 1))
-    masked = lw.op("Where", lw.op("Equal", scan, lw.const(0, np_type)), position, _int(lw, -1))
-    index = lw.op("ArgMax", masked, axis=1, keepdims=1)
-    kept = lw.op("Reshape", lw.op("GatherElements", scan, index, axis=1), _int(lw, [-1]))
-    return _per_axis_view(lw, kept, axis, rank)
+def _per_tensor_range(lw: Lowering, x: str, np_type):
+    """(min, max) of the flushed ``x`` as Eigen's vectorized full reduction finds them: scalars.
+
+    The flat data padded with NaN to whole rows of W lanes (W = 8 for float32, 4 for float64; at least
+    one pad, so the last row always holds the tail: the last n % W elements, maybe none) is a
+    [R, W] grid, R = n // W + 1. Rows 0..R-2 are the packets, the last row's first t = n % W lanes the
+    tail. Per extreme:
+
+    * the packets: a lane's accumulator takes a new packet's element only when it is strictly better,
+      so a NaN element never enters; NaNs are masked out of a per-row reduction and the rows reduced;
+    * the tail: a scalar scan that takes the new element unless the accumulator is strictly better, so
+      a NaN element replaces the accumulator and the next element replaces that NaN: the tail's result
+      is its last element if that is a NaN, else the extreme of the tail after its last NaN;
+    * the final combine keeps the tail's result unless the packets' is strictly better: a NaN tail
+      result is the range (both ends, one element), else the two extremes' extreme.
+
+    A zero extreme takes the sign of the zero that order keeps: the last zero of the tail after its last
+    NaN; else, in the packets, the lane first in fold rank holding a zero, and in that lane the first
+    row in accumulation order: rows of the first R4 = 4 * (n // 4W) rows by accumulator (row % 4) then
+    row, then the leftover rows in order. Per element this costs the pad, IsNaN, two masks and two
+    row reductions for the values, Equal, a key Where and a column reduction for the zero.
+    """
+    width = order.packet_width(np_type)
+    inf, ninf = lw.const(np.inf, np_type), lw.const(-np.inf, np_type)
+    flat = lw.op("Reshape", x, _int(lw, [-1]))
+    n = lw.op("Size", x)
+    w = _int(lw, width)
+    t = lw.op("Mod", n, w)
+    rows = lw.op("Add", lw.op("Div", n, w), _int(lw, 1))
+    pads = lw.op("Concat", _int(lw, [0]), lw.op("Reshape", lw.op("Sub", w, t), _int(lw, [1])), axis=0)
+    padded = lw.op("Pad", flat, pads, lw.const(np.nan, np_type))
+    grid = lw.op("Reshape", padded, _int(lw, [-1, width]))
+    nan = lw.op("IsNaN", grid)
+    row_lo = lw.reduce("ReduceMin", lw.op("Where", nan, inf, grid), [1], False)
+    row_hi = lw.reduce("ReduceMax", lw.op("Where", nan, ninf, grid), [1], False)
+    r = lw.op("Range", _int(lw, 0), rows, _int(lw, 1))
+    last_row = lw.op("Sub", rows, _int(lw, 1))
+    is_packet = lw.op("Less", r, last_row)
+    # values only: a zero's sign is set below (Where may drop a selected -0 here)
+    lo_p = lw.reduce("ReduceMin", lw.op("Where", is_packet, row_lo, inf), None, False)
+    hi_p = lw.reduce("ReduceMax", lw.op("Where", is_packet, row_hi, ninf), None, False)
+
+    tail = lw.op("Gather", grid, last_row, axis=0)  # [W]
+    lane = _int(lw, np.arange(width))
+    in_tail = lw.op("Less", lane, t)
+    tail_nan = lw.op("And", lw.op("IsNaN", tail), in_tail)
+    last_nan = lw.reduce("ReduceMax", lw.op("Where", tail_nan, lane, _int(lw, -2)), None, False)
+    live = lw.op("And", lw.op("Greater", lane, last_nan), in_tail)  # the tail after its last NaN
+    lo_t = lw.reduce("ReduceMin", lw.op("Where", live, tail, inf), None, False)
+    hi_t = lw.reduce("ReduceMax", lw.op("Where", live, tail, ninf), None, False)
+    live_zero = lw.op("And", live, lw.op("Equal", tail, lw.const(0, np_type)))
+    tail_zero = lw.reduce("ReduceMax", lw.op("Where", live_zero, lane, _int(lw, -1)), None, False)  # -1: none
+    lo, hi = lw.op("Min", lo_p, lo_t), lw.op("Max", hi_p, hi_t)  # NaN-free operands
+
+    whole4 = lw.op("Mul", lw.op("Div", n, _int(lw, 4 * width)), _int(lw, 4))  # rows in blocks of 4
+    block = lw.op("Where", lw.op("Less", r, whole4), lw.op("Mod", r, _int(lw, 4)), _int(lw, 4))
+    row_key = lw.op("Where", is_packet, lw.op("Add", lw.op("Mul", block, rows), r), _int(lw, _BIG))
+    row_key = lw.op("Reshape", row_key, _int(lw, [-1, 1]))
+    zeros = lw.op("Equal", grid, lw.const(0, np_type))
+    best = lw.reduce("ReduceMin", lw.op("Where", zeros, row_key, _int(lw, _BIG)), [0], False)  # [W]: per lane
+    ranked = lw.op("Where", lw.op("Less", best, _int(lw, _BIG)), _int(lw, _fold_rank(width)), w)
+    pick = lw.op("ArgMin", ranked, axis=0, keepdims=0)
+    packet_zero = lw.op("Add", lw.op("Mul", lw.op("Mod", lw.op("Gather", best, pick, axis=0), rows), w), pick)
+    tail_zero = lw.op("Add", lw.op("Mul", last_row, w), tail_zero)
+    zero_at = lw.op("Where", lw.op("Less", tail_zero, lw.op("Mul", last_row, w)), packet_zero, tail_zero)
+    kept_zero = lw.op("Gather", padded, zero_at, axis=0)
+    zero = lw.const(0, np_type)
+    lo = lw.where(lw.op("Equal", lo, zero), kept_zero, lo, np_type)
+    hi = lw.where(lw.op("Equal", hi, zero), kept_zero, hi, np_type)
+
+    nan_range = lw.op("Equal", last_nan, lw.op("Sub", t, _int(lw, 1)))  # never for t = 0 (last_nan >= -2)
+    last = lw.op("Gather", tail, lw.op("Max", lw.op("Sub", t, _int(lw, 1)), _int(lw, 0)), axis=0)
+    return lw.op("Where", nan_range, last, lo), lw.op("Where", nan_range, last, hi)
+
+
+def _per_axis_range(lw: Lowering, x3: str, dims, np_type, static_nonempty: bool):
+    """Per channel (min, max), shaped [1, D, 1], of the flushed ``x3`` viewed as [pre, D, post], as TF's
+    per-axis reduction finds them: a scalar scan over (post, pre), the element at scan position
+    s = q * pre + p being x3[p, c, q], that takes the new element unless the accumulator is strictly
+    better. So the range is the channel's last element in scan order (x3[pre-1, c, post-1]) when that is
+    a NaN; otherwise the extremes of the elements after the channel's last NaN, a zero extreme taking
+    the sign of the channel's last zero (which lies after that NaN whenever the extreme is a zero).
+    Per element: IsNaN, a position Where and reduction (the last NaN), the comparison with it, two
+    masks and reductions, Equal, a position Where and reduction (the last zero)."""
+    pre, depth, post = dims
+    inf, ninf = lw.const(np.inf, np_type), lw.const(-np.inf, np_type)
+    p = lw.op("Reshape", lw.op("Range", _int(lw, 0), _scalar(lw, pre), _int(lw, 1)), _int(lw, [-1, 1, 1]))
+    q = lw.op("Reshape", lw.op("Range", _int(lw, 0), _scalar(lw, post), _int(lw, 1)), _int(lw, [1, 1, -1]))
+    position = lw.op("Add", lw.op("Mul", q, pre), p)  # [pre, 1, post]
+    last_nan = lw.reduce("ReduceMax", lw.op("Where", lw.op("IsNaN", x3), position, _int(lw, -1)), [0, 2], True)
+    live = lw.op("Greater", position, last_nan)
+    lo = lw.reduce("ReduceMin", lw.op("Where", live, x3, inf), [0, 2], True)
+    hi = lw.reduce("ReduceMax", lw.op("Where", live, x3, ninf), [0, 2], True)
+    is_zero = lw.op("Equal", x3, lw.const(0, np_type))
+    last_zero = lw.reduce("ReduceMax", lw.op("Where", is_zero, position, _int(lw, -1)), [0, 2], True)
+
+    # x3[s % pre, c, s // pre] as a flat index; a gather of D elements
+    c = lw.op("Reshape", lw.op("Range", _int(lw, 0), _scalar(lw, depth), _int(lw, 1)), _int(lw, [1, -1, 1]))
+    row = lw.op("Mul", depth, post)
+
+    flat = lw.op("Reshape", x3, _int(lw, [-1]))
+    if not static_nonempty:  # an empty x3 has nothing to gather from (its output is empty anyway): a stand-in
+        end = lw.op("Size", x3)
+        flat = lw.op("Concat", flat, lw.const([0], np_type), axis=0)
+
+    def flat_index(s, s_pre):
+        at_row = lw.op("Add", lw.op("Mul", lw.op("Mod", s, s_pre), row), lw.op("Mul", c, post))
+        index = lw.op("Add", at_row, lw.op("Div", s, s_pre))
+        return index if static_nonempty else lw.op("Min", index, end)
+
+    one = _int(lw, 1)
+    s_pre = lw.op("Max", pre, one)
+    kept_zero = lw.op("Gather", flat, flat_index(lw.op("Max", last_zero, _int(lw, 0)), s_pre), axis=0)
+    last = lw.op("Gather", flat, flat_index(lw.op("Max", lw.op("Sub", lw.op("Mul", pre, post), one), _int(lw, 0)), s_pre), axis=0)
+    zero = lw.const(0, np_type)
+    lo = lw.where(lw.op("Equal", lo, zero), kept_zero, lo, np_type)
+    hi = lw.where(lw.op("Equal", hi, zero), kept_zero, hi, np_type)
+    nan_range = lw.op("IsNaN", last)
+    return lw.op("Where", nan_range, last, lo), lw.op("Where", nan_range, last, hi)
+
+
+def _keeps_input_nan(lw: Lowering, dims, np_type) -> str:
+    """A [pre, 1, post] bool: where TF's per-axis, data-range, HALF_UP result keeps a NaN input's own
+    NaN over the step's (``_qdq_eigen_order.keeps_input_nan``), from the run-time dims.
+
+    Eigen's tiled executor runs blocks of cols = min(post, T) columns; when a row fits (cols = post) and
+    D = 1, the block's rows = min(pre, ceil(T / cols)) lie one after another in memory and form one inner
+    run, otherwise each block row is a run. Written as one formula: position f = q + p * post * merged
+    in runs of R over a length L ((pre * post, rows * post) merged, else (post, cols)); a run's last
+    len % W positions are its scalar tail, which keeps the step's NaN.
+    """
+    pre, depth, post = dims
+    width = order.packet_width(np_type)
+    one = _int(lw, 1)
+    tile = _int(lw, [order._TILE_COEFFS[np.dtype(np_type)]])  # the tile TF's build uses
+    cols = lw.op("Max", lw.op("Min", post, tile), one)
+    merged = lw.op("And", lw.op("Equal", cols, post), lw.op("Equal", depth, one))
+    rows = lw.op("Min", pre, lw.op("Div", lw.op("Sub", lw.op("Add", tile, cols), one), cols))
+    length = lw.op("Where", merged, lw.op("Mul", pre, post), post)
+    run = lw.op("Where", merged, lw.op("Max", lw.op("Mul", rows, post), one), cols)
+    stride = lw.op("Mul", lw.op("Cast", merged, to=TensorProto.INT64), post)
+    p = lw.op("Reshape", lw.op("Range", _int(lw, 0), _scalar(lw, pre), one), _int(lw, [-1, 1, 1]))
+    q = lw.op("Reshape", lw.op("Range", _int(lw, 0), _scalar(lw, post), one), _int(lw, [1, 1, -1]))
+    f = lw.op("Add", lw.op("Mul", p, stride), q)
+    at = lw.op("Mod", f, run)
+    run_len = lw.op("Min", run, lw.op("Sub", length, lw.op("Sub", f, at)))
+    return lw.op("Less", at, lw.op("Sub", run_len, lw.op("Mod", run_len, _int(lw, width))))
+
+
+def _from_data(lw: Lowering, x: str, axis: int, rank, grid, np_type, half_up: bool) -> str:
+    """The output for a range taken from the data (see the section comment above)."""
+    x = lw.flush(x, np_type)
+    min_q, max_q = grid
+    if axis == -1:
+        mn, mx = _per_tensor_range(lw, x, np_type)
+        out, inv, rounded = quantize_dequantize(lw, x, mn, mx, min_q, max_q, np_type, False, half_up, flushed=True, parts=True)
+        # a NaN range: every output is the step's NaN
+        return lw.op("Where", lw.op("IsNaN", inv), inv, out)
+    static = lw.shape(0)
+    static_nonempty = static is not None and all(d > 0 for d in static)
+    pre = _int(lw, [1]) if axis == 0 else lw.reduce("ReduceProd", lw.dims_of(x, range(axis)), [0], True)
+    depth = lw.dims_of(x, [axis])
+    post = _int(lw, [1]) if axis == rank - 1 else lw.reduce("ReduceProd", lw.dims_of(x, range(axis + 1, rank)), [0], True)
+    dims = (pre, depth, post)
+    x3 = lw.reshape_to(x, lw.op("Concat", pre, depth, post, axis=0))
+    mn, mx = _per_axis_range(lw, x3, dims, np_type, static_nonempty)
+    out, inv, rounded = quantize_dequantize(lw, x3, mn, mx, min_q, max_q, np_type, False, half_up, flushed=True, parts=True)
+    step_nan = inv
+    if half_up:  # where the input's NaN is kept: a NaN input there shows through
+        own = lw.op("And", _keeps_input_nan(lw, dims, np_type), lw.op("IsNaN", rounded))
+        step_nan = lw.op("Where", own, rounded, inv)
+    out = lw.op("Where", lw.op("IsNaN", inv), step_nan, out)
+    return lw.reshape_to(out, lw.op("Shape", x))
 
 
 def _lower_forward(ctx, node, version: int):
@@ -256,12 +401,12 @@ def _lower_forward(ctx, node, version: int):
         if out is not None:
             lw.emit(0, out)
             return
-    if range_given:
-        mn, mx = lw.inputs[1], lw.inputs[2]
-        if axis != -1:
-            mn, mx = _per_axis_view(lw, mn, axis, rank), _per_axis_view(lw, mx, axis, rank)
-    else:
-        mn, mx = _data_range(lw, x, axis, rank, np_type)
+    if not range_given:
+        lw.emit(0, _from_data(lw, x, axis, rank, (min_q, max_q), np_type, half_up))
+        return
+    mn, mx = lw.inputs[1], lw.inputs[2]
+    if axis != -1:
+        mn, mx = _per_axis_view(lw, mn, axis, rank), _per_axis_view(lw, mx, axis, rank)
     lw.emit(0, quantize_dequantize(lw, x, mn, mx, min_q, max_q, np_type, range_given, half_up))
 
 
