@@ -191,16 +191,17 @@ def _fold_rank(width: int):
     return [int(format(lane, f"0{bits}b")[::-1], 2) for lane in range(width)]
 
 
-def _per_tensor_range(lw: Lowering, x: str, np_type):
-    """(min, max) of the flushed ``x`` as Eigen's vectorized full reduction finds them: scalars.
+def _per_tensor_range(lw: Lowering, flat: str, np_type):
+    """(min, max) of the flushed 1-D ``flat`` as Eigen's vectorized full reduction finds them: scalars.
 
-    The flat data padded with NaN to whole rows of W lanes (W = 8 for float32, 4 for float64; at least
-    one pad, so the last row always holds the tail: the last n % W elements, maybe none) is a
-    [R, W] grid, R = n // W + 1. Rows 0..R-2 are the packets, the last row's first t = n % W lanes the
-    tail. Per extreme:
+    The data padded with NaN to whole groups of 4 packets of W lanes (W = 8 for float32, 4 for float64)
+    is a [G, 4, W] grid, G = n // 4W + 1: groups 0..G-2 are the blocks that the 4 packet accumulators
+    take in turn (accumulator k the packets k of each group), and the last group holds the leftover
+    whole packets (rows k < lr, up to 3), then the tail (the first t lanes of row lr), then the padding
+    (at least one NaN). Per extreme:
 
-    * the packets: a lane's accumulator takes a new packet's element only when it is strictly better,
-      so a NaN element never enters; NaNs are masked out of a per-row reduction and the rows reduced;
+    * the packets: an accumulator lane takes a new element only when it is strictly better, so a NaN
+      element never enters; NaNs are masked out of a per-group reduction and the groups reduced;
     * the tail: a scalar scan that takes the new element unless the accumulator is strictly better, so
       a NaN element replaces the accumulator and the next element replaces that NaN: the tail's result
       is its last element if that is a NaN, else the extreme of the tail after its last NaN;
@@ -208,112 +209,150 @@ def _per_tensor_range(lw: Lowering, x: str, np_type):
       result is the range (both ends, one element), else the two extremes' extreme.
 
     A zero extreme takes the sign of the zero that order keeps: the last zero of the tail after its last
-    NaN; else, in the packets, the lane first in fold rank holding a zero, and in that lane the first
-    row in accumulation order: rows of the first R4 = 4 * (n // 4W) rows by accumulator (row % 4) then
-    row, then the leftover rows in order. Per element this costs the pad, IsNaN, two masks and two
-    row reductions for the values, Equal, a key Where and a column reduction for the zero.
+    NaN; else, in the packets, the lane first in the horizontal fold's rank holding a zero (a fold tie
+    keeps the lower half), and in that lane accumulator 0's first zero, then accumulator 1's, 2's, 3's
+    (ArgMax over the groups: the first group with a zero), then the leftover packets' in order.
+
+    Per element: the pad, IsNaN, two masks and group reductions for the values, Equal, a uint8 Cast
+    and an ArgMax for the zero; no int64 keys and no broadcast against a second operand (ORT's Where
+    and Mul are several times slower when one operand repeats along a short axis).
     """
     width = order.packet_width(np_type)
     inf, ninf = lw.const(np.inf, np_type), lw.const(-np.inf, np_type)
-    flat = lw.op("Reshape", x, _int(lw, [-1]))
-    n = lw.op("Size", x)
-    w = _int(lw, width)
-    t = lw.op("Mod", n, w)
-    rows = lw.op("Add", lw.op("Div", n, w), _int(lw, 1))
-    pads = lw.op("Concat", _int(lw, [0]), lw.op("Reshape", lw.op("Sub", w, t), _int(lw, [1])), axis=0)
+    n = lw.op("Size", flat)
+    w, group = _int(lw, width), _int(lw, 4 * width)
+    blocks = lw.op("Div", n, group)
+    rest = lw.op("Sub", n, lw.op("Mul", blocks, group))
+    pads = lw.op("Concat", _int(lw, [0]), lw.op("Reshape", lw.op("Sub", group, rest), _int(lw, [1])), axis=0)
     padded = lw.op("Pad", flat, pads, lw.const(np.nan, np_type))
-    grid = lw.op("Reshape", padded, _int(lw, [-1, width]))
+    grid = lw.op("Reshape", padded, _int(lw, [-1, 4, width]))
     nan = lw.op("IsNaN", grid)
-    row_lo = lw.reduce("ReduceMin", lw.op("Where", nan, inf, grid), [1], False)
-    row_hi = lw.reduce("ReduceMax", lw.op("Where", nan, ninf, grid), [1], False)
-    r = lw.op("Range", _int(lw, 0), rows, _int(lw, 1))
-    last_row = lw.op("Sub", rows, _int(lw, 1))
-    is_packet = lw.op("Less", r, last_row)
-    # values only: a zero's sign is set below (Where may drop a selected -0 here)
-    lo_p = lw.reduce("ReduceMin", lw.op("Where", is_packet, row_lo, inf), None, False)
-    hi_p = lw.reduce("ReduceMax", lw.op("Where", is_packet, row_hi, ninf), None, False)
+    group_lo = lw.reduce("ReduceMin", lw.op("Where", nan, inf, grid), [1, 2], False)
+    group_hi = lw.reduce("ReduceMax", lw.op("Where", nan, ninf, grid), [1, 2], False)
+    is_block = lw.op("Less", lw.op("Range", _int(lw, 0), lw.op("Add", blocks, _int(lw, 1)), _int(lw, 1)), blocks)
+    # values only: a zero's sign is set below (Where may drop a selected -0)
+    lo_b = lw.reduce("ReduceMin", lw.op("Where", is_block, group_lo, inf), None, False)
+    hi_b = lw.reduce("ReduceMax", lw.op("Where", is_block, group_hi, ninf), None, False)
 
-    tail = lw.op("Gather", grid, last_row, axis=0)  # [W]
-    lane = _int(lw, np.arange(width))
-    in_tail = lw.op("Less", lane, t)
-    tail_nan = lw.op("And", lw.op("IsNaN", tail), in_tail)
-    last_nan = lw.reduce("ReduceMax", lw.op("Where", tail_nan, lane, _int(lw, -2)), None, False)
-    live = lw.op("And", lw.op("Greater", lane, last_nan), in_tail)  # the tail after its last NaN
-    lo_t = lw.reduce("ReduceMin", lw.op("Where", live, tail, inf), None, False)
-    hi_t = lw.reduce("ReduceMax", lw.op("Where", live, tail, ninf), None, False)
-    live_zero = lw.op("And", live, lw.op("Equal", tail, lw.const(0, np_type)))
-    tail_zero = lw.reduce("ReduceMax", lw.op("Where", live_zero, lane, _int(lw, -1)), None, False)  # -1: none
-    lo, hi = lw.op("Min", lo_p, lo_t), lw.op("Max", hi_p, hi_t)  # NaN-free operands
+    last = lw.op("Gather", grid, blocks, axis=0)  # [4, W]: leftover packets, tail, padding
+    lr, t = lw.op("Div", rest, w), lw.op("Mod", rest, w)
+    row, lane = _int(lw, [[0], [1], [2], [3]]), _int(lw, [list(range(width))])
+    last_nan = lw.op("IsNaN", last)
+    leftover = lw.op("Less", row, lr)
+    counted = lw.op("And", leftover, lw.op("Not", last_nan))
+    lo_l = lw.reduce("ReduceMin", lw.op("Where", counted, last, inf), None, False)
+    hi_l = lw.reduce("ReduceMax", lw.op("Where", counted, last, ninf), None, False)
+    in_tail = lw.op("And", lw.op("Equal", row, lr), lw.op("Less", lane, t))
+    tail_nan = lw.reduce("ReduceMax", lw.op("Where", lw.op("And", in_tail, last_nan), lane, _int(lw, -2)), None, False)
+    live = lw.op("And", in_tail, lw.op("Greater", lane, tail_nan))  # the tail after its last NaN
+    lo_t = lw.reduce("ReduceMin", lw.op("Where", live, last, inf), None, False)
+    hi_t = lw.reduce("ReduceMax", lw.op("Where", live, last, ninf), None, False)
+    lo = lw.op("Min", lw.op("Min", lo_b, lo_l), lo_t)  # NaN-free operands
+    hi = lw.op("Max", lw.op("Max", hi_b, hi_l), hi_t)
 
-    whole4 = lw.op("Mul", lw.op("Div", n, _int(lw, 4 * width)), _int(lw, 4))  # rows in blocks of 4
-    block = lw.op("Where", lw.op("Less", r, whole4), lw.op("Mod", r, _int(lw, 4)), _int(lw, 4))
-    row_key = lw.op("Where", is_packet, lw.op("Add", lw.op("Mul", block, rows), r), _int(lw, _BIG))
-    row_key = lw.op("Reshape", row_key, _int(lw, [-1, 1]))
-    zeros = lw.op("Equal", grid, lw.const(0, np_type))
-    best = lw.reduce("ReduceMin", lw.op("Where", zeros, row_key, _int(lw, _BIG)), [0], False)  # [W]: per lane
-    ranked = lw.op("Where", lw.op("Less", best, _int(lw, _BIG)), _int(lw, _fold_rank(width)), w)
-    pick = lw.op("ArgMin", ranked, axis=0, keepdims=0)
-    packet_zero = lw.op("Add", lw.op("Mul", lw.op("Mod", lw.op("Gather", best, pick, axis=0), rows), w), pick)
-    tail_zero = lw.op("Add", lw.op("Mul", last_row, w), tail_zero)
-    zero_at = lw.op("Where", lw.op("Less", tail_zero, lw.op("Mul", last_row, w)), packet_zero, tail_zero)
-    kept_zero = lw.op("Gather", padded, zero_at, axis=0)
     zero = lw.const(0, np_type)
+    is_zero = lw.op("Cast", lw.op("Equal", grid, zero), to=TensorProto.UINT8)
+    first = lw.op("ArgMax", is_zero, axis=0, keepdims=1)  # [1, 4, W]: the first group with a zero
+    found = lw.op("Cast", lw.op("GatherElements", is_zero, first, axis=0), to=TensorProto.BOOL)
+    first = lw.op("Reshape", first, _int(lw, [4, width]))
+    in_block = lw.op("And", lw.op("Reshape", found, _int(lw, [4, width])), lw.op("Less", first, blocks))
+    left_zero = lw.op("And", leftover, lw.op("Equal", last, zero))
+    big, four = _int(lw, _BIG), _int(lw, 4)
+
+    def flat_at(group, k, lanes):  # the position of lane ``lanes`` of packet k of ``group``
+        return lw.op("Add", lw.op("Mul", lw.op("Add", lw.op("Mul", group, four), k), w), lanes)
+
+    # per lane, 8 candidates in accumulation order: accumulators 0..3, then leftover packets 0..2
+    key = lw.op("Concat", lw.op("Where", in_block, row, big), lw.op("Where", left_zero, lw.op("Add", row, four), big), axis=0)
+    at = lw.op("Concat", flat_at(first, row, lane), flat_at(blocks, row, lane), axis=0)
+    best = lw.op("ArgMin", key, axis=0, keepdims=1)  # [1, W]
+    has_zero = lw.op("Less", lw.op("GatherElements", key, best, axis=0), big)
+    pick = lw.op("ArgMin", lw.op("Where", has_zero, _int(lw, [_fold_rank(width)]), w), axis=1, keepdims=0)  # [1]
+    packet_zero = lw.op("Gather", lw.op("Reshape", lw.op("GatherElements", at, best, axis=0), _int(lw, [-1])), pick, axis=0)
+    live_zero = lw.op("And", live, lw.op("Equal", last, zero))
+    tail_zero = lw.reduce("ReduceMax", lw.op("Where", live_zero, lane, _int(lw, -1)), None, True)  # [1], -1: none
+    zero_at = lw.op("Where", lw.op("Less", tail_zero, _int(lw, 0)), packet_zero, flat_at(blocks, lr, tail_zero))
+    kept_zero = _scalar(lw, lw.op("Gather", padded, zero_at, axis=0))
     lo = lw.where(lw.op("Equal", lo, zero), kept_zero, lo, np_type)
     hi = lw.where(lw.op("Equal", hi, zero), kept_zero, hi, np_type)
 
-    nan_range = lw.op("Equal", last_nan, lw.op("Sub", t, _int(lw, 1)))  # never for t = 0 (last_nan >= -2)
-    last = lw.op("Gather", tail, lw.op("Max", lw.op("Sub", t, _int(lw, 1)), _int(lw, 0)), axis=0)
-    return lw.op("Where", nan_range, last, lo), lw.op("Where", nan_range, last, hi)
+    nan_range = lw.op("Equal", tail_nan, lw.op("Sub", t, _int(lw, 1)))  # never for t = 0 (tail_nan >= -2)
+    last_element = lw.op("Gather", padded, lw.op("Max", lw.op("Sub", n, _int(lw, 1)), _int(lw, 0)), axis=0)
+    return lw.op("Where", nan_range, last_element, lo), lw.op("Where", nan_range, last_element, hi)
 
 
-def _per_axis_range(lw: Lowering, x3: str, dims, np_type, static_nonempty: bool):
-    """Per channel (min, max), shaped [1, D, 1], of the flushed ``x3`` viewed as [pre, D, post], as TF's
-    per-axis reduction finds them: a scalar scan over (post, pre), the element at scan position
-    s = q * pre + p being x3[p, c, q], that takes the new element unless the accumulator is strictly
-    better. So the range is the channel's last element in scan order (x3[pre-1, c, post-1]) when that is
-    a NaN; otherwise the extremes of the elements after the channel's last NaN, a zero extreme taking
-    the sign of the channel's last zero (which lies after that NaN whenever the extreme is a zero).
-    Per element: IsNaN, a position Where and reduction (the last NaN), the comparison with it, two
-    masks and reductions, Equal, a position Where and reduction (the last zero)."""
+def _last_position(lw: Lowering, flags: str, q_pre, guard) -> str:
+    """Per channel, the last scan position s = q * pre + p at which the uint8 ``flags`` (the [pre, D]
+    or [pre, D, post] view) is 1, or -1 if none; shaped like the keepdims reductions. ArgMax with
+    select_last_index finds the last p per (channel, q), GatherElements whether it is flagged at all,
+    and over q (``q_pre`` = q * pre, [1, 1, post]) the largest position wins. ``guard``: the rows to
+    append for ORT's ArgMax, which fails over an empty axis (a zero row when pre is 0, else none)."""
+    if guard is not None:
+        flags = lw.op("Pad", flags, guard)
+    last = lw.op("ArgMax", flags, axis=0, keepdims=1, select_last_index=1)
+    found = lw.op("Cast", lw.op("GatherElements", flags, last, axis=0), to=TensorProto.BOOL)
+    if q_pre is None:
+        return lw.op("Where", found, last, _int(lw, -1))
+    position = lw.op("Where", found, lw.op("Add", last, q_pre), _int(lw, -1))
+    return lw.reduce("ReduceMax", position, [2], True)
+
+
+def _per_axis_range(lw: Lowering, x3: str, dims, np_type, planes: bool, static_nonempty: bool):
+    """Per channel (min, max), shaped [1, D, 1] (``planes``: x3 is [pre, D, post]) or [1, D] (x3 is
+    [pre, D]: post is 1, and ORT broadcasts against a trailing 1 several times slower), of the flushed
+    ``x3``, as TF's per-axis reduction finds them: a scalar scan over (post, pre), the element at scan
+    position s = q * pre + p being x3[p, c, q], that takes the new element unless the accumulator is
+    strictly better. So the range is the channel's last element in scan order (x3[pre-1, c, post-1])
+    when that is a NaN; otherwise the extremes of the elements after the channel's last NaN, a zero
+    extreme taking the sign of the channel's last zero (which lies after that NaN whenever the extreme
+    is a zero). Per element: IsNaN, Equal, two uint8 Casts and ArgMaxes (the last NaN and the last zero),
+    the comparison with the last NaN's position, two masks and reductions."""
     pre, depth, post = dims
     inf, ninf = lw.const(np.inf, np_type), lw.const(-np.inf, np_type)
-    p = lw.op("Reshape", lw.op("Range", _int(lw, 0), _scalar(lw, pre), _int(lw, 1)), _int(lw, [-1, 1, 1]))
-    q = lw.op("Reshape", lw.op("Range", _int(lw, 0), _scalar(lw, post), _int(lw, 1)), _int(lw, [1, 1, -1]))
-    position = lw.op("Add", lw.op("Mul", q, pre), p)  # [pre, 1, post]
-    last_nan = lw.reduce("ReduceMax", lw.op("Where", lw.op("IsNaN", x3), position, _int(lw, -1)), [0, 2], True)
+    one = _int(lw, 1)
+    axes = [0, 2] if planes else [0]
+    p = lw.op("Reshape", lw.op("Range", _int(lw, 0), _scalar(lw, pre), one), _int(lw, [-1, 1, 1] if planes else [-1, 1]))
+    q_pre = None
+    position = p
+    if planes:
+        q = lw.op("Reshape", lw.op("Range", _int(lw, 0), _scalar(lw, post), one), _int(lw, [1, 1, -1]))
+        q_pre = lw.op("Mul", q, pre)
+        position = lw.op("Add", q_pre, p)  # [pre, 1, post]
+    guard = None
+    if not static_nonempty:
+        extra = lw.op("Sub", one, lw.op("Min", pre, one))
+        guard = lw.op("Concat", _int(lw, [0, 0, 0] if planes else [0, 0]), extra, _int(lw, [0, 0] if planes else [0]), axis=0)
+    zero = lw.const(0, np_type)
+    last_nan = _last_position(lw, lw.op("Cast", lw.op("IsNaN", x3), to=TensorProto.UINT8), q_pre, guard)
+    last_zero = _last_position(lw, lw.op("Cast", lw.op("Equal", x3, zero), to=TensorProto.UINT8), q_pre, guard)
     live = lw.op("Greater", position, last_nan)
-    lo = lw.reduce("ReduceMin", lw.op("Where", live, x3, inf), [0, 2], True)
-    hi = lw.reduce("ReduceMax", lw.op("Where", live, x3, ninf), [0, 2], True)
-    is_zero = lw.op("Equal", x3, lw.const(0, np_type))
-    last_zero = lw.reduce("ReduceMax", lw.op("Where", is_zero, position, _int(lw, -1)), [0, 2], True)
+    lo = lw.reduce("ReduceMin", lw.op("Where", live, x3, inf), axes, True)
+    hi = lw.reduce("ReduceMax", lw.op("Where", live, x3, ninf), axes, True)
 
     # x3[s % pre, c, s // pre] as a flat index; a gather of D elements
-    c = lw.op("Reshape", lw.op("Range", _int(lw, 0), _scalar(lw, depth), _int(lw, 1)), _int(lw, [1, -1, 1]))
+    c = lw.op("Reshape", lw.op("Range", _int(lw, 0), _scalar(lw, depth), one), _int(lw, [1, -1, 1] if planes else [1, -1]))
     row = lw.op("Mul", depth, post)
-
     flat = lw.op("Reshape", x3, _int(lw, [-1]))
     if not static_nonempty:  # an empty x3 has nothing to gather from (its output is empty anyway): a stand-in
         end = lw.op("Size", x3)
         flat = lw.op("Concat", flat, lw.const([0], np_type), axis=0)
+    s_pre = lw.op("Max", pre, one)
 
-    def flat_index(s, s_pre):
+    def flat_index(s):
         at_row = lw.op("Add", lw.op("Mul", lw.op("Mod", s, s_pre), row), lw.op("Mul", c, post))
         index = lw.op("Add", at_row, lw.op("Div", s, s_pre))
         return index if static_nonempty else lw.op("Min", index, end)
 
-    one = _int(lw, 1)
-    s_pre = lw.op("Max", pre, one)
-    kept_zero = lw.op("Gather", flat, flat_index(lw.op("Max", last_zero, _int(lw, 0)), s_pre), axis=0)
-    last = lw.op("Gather", flat, flat_index(lw.op("Max", lw.op("Sub", lw.op("Mul", pre, post), one), _int(lw, 0)), s_pre), axis=0)
-    zero = lw.const(0, np_type)
+    kept_zero = lw.op("Gather", flat, flat_index(lw.op("Max", last_zero, _int(lw, 0))), axis=0)
+    last = lw.op("Gather", flat, flat_index(lw.op("Max", lw.op("Sub", lw.op("Mul", pre, post), one), _int(lw, 0))), axis=0)
     lo = lw.where(lw.op("Equal", lo, zero), kept_zero, lo, np_type)
     hi = lw.where(lw.op("Equal", hi, zero), kept_zero, hi, np_type)
     nan_range = lw.op("IsNaN", last)
     return lw.op("Where", nan_range, last, lo), lw.op("Where", nan_range, last, hi)
 
 
-def _keeps_input_nan(lw: Lowering, dims, np_type) -> str:
-    """A [pre, 1, post] bool: where TF's per-axis, data-range, HALF_UP result keeps a NaN input's own
+def _keeps_input_nan(lw: Lowering, dims, np_type, planes: bool) -> str:
+    """A [pre, 1, post] (``planes``) or [pre, 1] bool: where TF's per-axis, data-range, HALF_UP result keeps a NaN input's own
     NaN over the step's (``_qdq_eigen_order.keeps_input_nan``), from the run-time dims.
 
     Eigen's tiled executor runs blocks of cols = min(post, T) columns; when a row fits (cols = post) and
@@ -332,35 +371,39 @@ def _keeps_input_nan(lw: Lowering, dims, np_type) -> str:
     length = lw.op("Where", merged, lw.op("Mul", pre, post), post)
     run = lw.op("Where", merged, lw.op("Max", lw.op("Mul", rows, post), one), cols)
     stride = lw.op("Mul", lw.op("Cast", merged, to=TensorProto.INT64), post)
-    p = lw.op("Reshape", lw.op("Range", _int(lw, 0), _scalar(lw, pre), one), _int(lw, [-1, 1, 1]))
-    q = lw.op("Reshape", lw.op("Range", _int(lw, 0), _scalar(lw, post), one), _int(lw, [1, 1, -1]))
-    f = lw.op("Add", lw.op("Mul", p, stride), q)
+    p = lw.op("Reshape", lw.op("Range", _int(lw, 0), _scalar(lw, pre), one), _int(lw, [-1, 1, 1] if planes else [-1, 1]))
+    f = lw.op("Mul", p, stride)
+    if planes:
+        f = lw.op("Add", f, lw.op("Reshape", lw.op("Range", _int(lw, 0), _scalar(lw, post), one), _int(lw, [1, 1, -1])))
     at = lw.op("Mod", f, run)
     run_len = lw.op("Min", run, lw.op("Sub", length, lw.op("Sub", f, at)))
     return lw.op("Less", at, lw.op("Sub", run_len, lw.op("Mod", run_len, _int(lw, width))))
 
 
 def _from_data(lw: Lowering, x: str, axis: int, rank, grid, np_type, half_up: bool) -> str:
-    """The output for a range taken from the data (see the section comment above)."""
-    x = lw.flush(x, np_type)
+    """The output for a range taken from the data (see the section comment above), computed on a flat
+    (per tensor) or [pre, D(, post)] (per axis) view of x and reshaped back."""
     min_q, max_q = grid
     if axis == -1:
-        mn, mx = _per_tensor_range(lw, x, np_type)
-        out, inv, rounded = quantize_dequantize(lw, x, mn, mx, min_q, max_q, np_type, False, half_up, flushed=True, parts=True)
+        flat = lw.flush(lw.op("Reshape", x, _int(lw, [-1])), np_type)
+        mn, mx = _per_tensor_range(lw, flat, np_type)
+        out, inv, _ = quantize_dequantize(lw, flat, mn, mx, min_q, max_q, np_type, False, half_up, flushed=True, parts=True)
         # a NaN range: every output is the step's NaN
-        return lw.op("Where", lw.op("IsNaN", inv), inv, out)
+        return lw.reshape_to(lw.op("Where", lw.op("IsNaN", inv), inv, out), lw.op("Shape", x))
     static = lw.shape(0)
     static_nonempty = static is not None and all(d > 0 for d in static)
+    planes = not (axis == rank - 1 or (static is not None and all(d == 1 for d in static[axis + 1:])))
     pre = _int(lw, [1]) if axis == 0 else lw.reduce("ReduceProd", lw.dims_of(x, range(axis)), [0], True)
     depth = lw.dims_of(x, [axis])
-    post = _int(lw, [1]) if axis == rank - 1 else lw.reduce("ReduceProd", lw.dims_of(x, range(axis + 1, rank)), [0], True)
+    post = lw.reduce("ReduceProd", lw.dims_of(x, range(axis + 1, rank)), [0], True) if planes else _int(lw, [1])
     dims = (pre, depth, post)
-    x3 = lw.reshape_to(x, lw.op("Concat", pre, depth, post, axis=0))
-    mn, mx = _per_axis_range(lw, x3, dims, np_type, static_nonempty)
+    view = lw.op("Concat", pre, depth, post, axis=0) if planes else lw.op("Concat", pre, depth, axis=0)
+    x3 = lw.flush(lw.reshape_to(x, view), np_type)
+    mn, mx = _per_axis_range(lw, x3, dims, np_type, planes, static_nonempty)
     out, inv, rounded = quantize_dequantize(lw, x3, mn, mx, min_q, max_q, np_type, False, half_up, flushed=True, parts=True)
     step_nan = inv
     if half_up:  # where the input's NaN is kept: a NaN input there shows through
-        own = lw.op("And", _keeps_input_nan(lw, dims, np_type), lw.op("IsNaN", rounded))
+        own = lw.op("And", _keeps_input_nan(lw, dims, np_type, planes), lw.op("IsNaN", rounded))
         step_nan = lw.op("Where", own, rounded, inv)
     out = lw.op("Where", lw.op("IsNaN", inv), step_nan, out)
     return lw.reshape_to(out, lw.op("Shape", x))
