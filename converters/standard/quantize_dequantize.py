@@ -9,19 +9,23 @@ A given range that is a constant of the graph is adjusted at conversion time by 
 (ort_ops.reference._quantize_dequantize.compute_range, bit-exact against TF), so the graph holds only
 the per-element clamp, scale, round and rescale (``_lean_constant_range``); V4Grad's constant range
 becomes two constant bounds (``_lean_grad_bounds``).
+
+A range taken from the data (``_from_data``) is TF's reduction in Eigen's order, written out: which
+elements count (NaNs hide some), when the range is a NaN and which one, which signed zero an extreme
+keeps, and, for a NaN range, which NaN each output keeps. Bit for bit with the reference
+(``_qdq_eigen_order``) on every input, NaNs and signed zeros included.
 """
 from __future__ import annotations
 
 import numpy as np
 from onnx import TensorProto
-from onnx import helper as onnx_helper
 
 from converters.standard._builder import NP_TYPES, Lowering
+from ort_ops.reference import _qdq_eigen_order as order
 from ort_ops.reference import _quantize_dequantize as reference
 from ort_ops.specs.quantize_dequantize import axis_rank_message
 
 SUPPORTED = (TensorProto.FLOAT, TensorProto.DOUBLE)
-NP_TO_ONNX = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float64): TensorProto.DOUBLE}  # the only types TF has CPU kernels for
 
 
 def _element_type(lw: Lowering, indices):
@@ -82,12 +86,16 @@ def _check_constant_range(lw: Lowering, axis: int):
         lw.fail(f"Invalid range: input_min {float(mn):g} > input_max {float(mx):g}")
 
 
-def quantize_dequantize(lw, x, mn, mx, min_q, max_q, np_type, range_given: bool, half_up: bool) -> str:
-    """The quantize-dequantize formula for a (min, max) pair of tensor names (scalars or broadcastable)."""
+def quantize_dequantize(lw, x, mn, mx, min_q, max_q, np_type, range_given: bool, half_up: bool,
+                        flushed: bool = False, parts: bool = False):
+    """The quantize-dequantize formula for a (min, max) pair of tensor names (scalars or broadcastable).
+
+    ``flushed``: ``x`` is flushed already. ``parts``: return (output, inverse step, rounded input).
+    """
     # TF's kernels run with flush-to-zero/denormals-are-zero: flush the inputs and the range values
     # (the per-element products can only turn subnormal where these already are).
     f = lambda v: lw.flush(v, np_type)  # noqa: E731
-    x, mn, mx = f(x), f(mn), f(mx)
+    x, mn, mx = x if flushed else f(x), f(mn), f(mx)
     t_max = lw.const(np.finfo(np_type).max, np_type)
     zero = lw.const(0, np_type)
     qmin, qmax = lw.const(min_q, np_type), lw.const(max_q, np_type)  # int64 -> T, rounded like TF's cast
@@ -108,7 +116,8 @@ def quantize_dequantize(lw, x, mn, mx, min_q, max_q, np_type, range_given: bool,
         rounded = lw.op("Floor", lw.op("Add", scaled, lw.const(0.5, np_type)))
     else:
         rounded = lw.op("Round", scaled)  # ONNX Round is half to even, like rint
-    return lw.op("Mul", rounded, inv)
+    out = lw.op("Mul", rounded, inv)
+    return (out, inv, rounded) if parts else out
 
 
 def _lean_constant_range(lw: Lowering, x: str, mn, mx, axis: int, rank, grid, np_type, half_up: bool):
@@ -149,76 +158,255 @@ def _lean_constant_range(lw: Lowering, x: str, mn, mx, axis: int, rank, grid, np
     return lw.op("Mul", rounded, lw.const(inverse, np_type))
 
 
-def _data_range(lw: Lowering, x: str, axis: int, rank, np_type):
-    """min/max of the data (per tensor or per channel). NaN elements are left out of the reduction.
+# ---- a range taken from the data (range_given=False)
+#
+# TF reduces the (flushed) data in Eigen's order, and that order decides more than signs: a NaN can end
+# up as the range, and NaNs hide some of the values (docs/semantics.md 2.6, ort_ops/reference/
+# _qdq_eigen_order.py). ReduceMin/ReduceMax cannot say which element wins (nor handle NaN reliably: ORT's
+# float64 ReduceMin over [1, NaN, -inf, ...] gives 0), so the order's rules are written out below, with
+# the reductions only ever seeing NaN-free operands.
+#
+# A NaN range gives a NaN inverse step, so every output of that range is NaN; TF keeps the step's NaN
+# except for the elements ``keeps_input_nan`` names (per axis, HALF_UP), where a NaN input keeps its
+# own. ORT's Mul would pick between two NaNs by its operand order (which differs between its broadcast
+# paths), so the NaN is chosen with Where: ORT's Where (select X, select Y, keep the X selection where
+# it is nonzero) returns X's bits exactly where X is a NaN and Y's bits exactly, -0 included, so
+# ``Where(cond, a NaN, y)`` needs no sign repair.
 
-    A zero extreme takes the sign of the zero TF's reduction keeps (docs/semantics.md 2.6), which
-    ReduceMin/ReduceMax leave open: the sign becomes the step's and so every output zero's.
-    """
-    x = lw.flush(x, np_type)
-    is_nan = lw.op("IsNaN", x)
-    axes = None if axis == -1 else [a for a in range(rank) if a != axis]
-    keep = axis != -1
-    lo = lw.reduce("ReduceMin", lw.where(is_nan, lw.const(np.inf, np_type), x, np_type), axes, keep)
-    hi = lw.reduce("ReduceMax", lw.where(is_nan, lw.const(-np.inf, np_type), x, np_type), axes, keep)
-    kept_zero = _kept_zero_per_tensor(lw, x, np_type) if axis == -1 else _kept_zero_per_axis(lw, x, axis, rank, np_type)
-    zero = lw.const(0, np_type)
-    # (lw.where with the type: ORT's float Where may lose a zero's sign)
-    lo = lw.where(lw.op("Equal", lo, zero), kept_zero, lo, np_type)
-    hi = lw.where(lw.op("Equal", hi, zero), kept_zero, hi, np_type)
-    return lo, hi
+_BIG = 1 << 62  # an int64 key above every priority key here
 
 
 def _int(lw: Lowering, v) -> str:
     return lw.const(v, np.int64)
 
 
-def _kept_zero_per_tensor(lw: Lowering, x: str, np_type) -> str:
-    """The zero (with its sign) Eigen's vectorized full reduction keeps when the min or max is 0.
+def _scalar(lw: Lowering, v: str) -> str:
+    return lw.op("Reshape", v, _int(lw, []))
 
-    Ties keep the earlier operand everywhere except in the scalar tail, where the later element wins
-    and beats the packet result: so a zero in the tail (the last n % W elements) decides, the last one.
-    Otherwise the packet lanes: the horizontal fold halves the packet, a tie keeping the lower half, so
-    lanes rank by their index read with the bits reversed (W=8: 0, 4, 2, 6, 1, 5, 3, 7); within a lane,
-    the first of the four block accumulators (blocks of 4 packets) holding a zero, then the leftover
-    whole packets, each in order. This is a priority key per element; the smallest key is kept.
-    """
-    width = 8 if np_type == np.float32 else 4
-    v = lw.op("Concat", lw.op("Reshape", x, _int(lw, [-1])), lw.const([1], np_type), axis=0)  # never empty
-    n = lw.op("Size", x)
-    j = lw.op("Range", _int(lw, 0), lw.op("Size", v), _int(lw, 1))
-    whole4 = lw.op("Mul", lw.op("Div", n, _int(lw, 4 * width)), _int(lw, 4 * width))
-    whole = lw.op("Mul", lw.op("Div", n, _int(lw, width)), _int(lw, width))
+
+def _fold_rank(width: int):
+    """Each packet lane's rank in the horizontal fold (a tie keeps the lower half): the lane index read
+    with its bits reversed (W=8: lanes 0, 4, 2, 6, 1, 5, 3, 7 in that order)."""
     bits = width.bit_length() - 1
-    fold_rank = [int(format(lane, f"0{bits}b")[::-1], 2) for lane in range(width)]
-    lane = lw.op("Gather", _int(lw, fold_rank), lw.op("Mod", j, _int(lw, width)), axis=0)
-    block = lw.op("Where", lw.op("Less", j, whole4), lw.op("Mod", lw.op("Div", j, _int(lw, width)), _int(lw, 4)), _int(lw, 4))
-    span = lw.op("Add", n, _int(lw, 1))
-    packet_key = lw.op("Add", lw.op("Mul", lw.op("Add", lw.op("Mul", lane, _int(lw, 5)), block), span), j)
-    tail_key = lw.op("Sub", _int(lw, -1), j)  # negative: before every packet key, the later the smaller
-    key = lw.op("Where", lw.op("Less", j, whole), packet_key, tail_key)
-    masked = lw.op("Where", lw.op("Equal", v, lw.const(0, np_type)), key, _int(lw, np.iinfo(np.int64).max))
-    index = lw.op("ArgMin", masked, axis=0, keepdims=1)
-    return lw.op("Reshape", lw.op("Gather", v, index, axis=0), _int(lw, []))
+    return [int(format(lane, f"0{bits}b")[::-1], 2) for lane in range(width)]
 
 
-def _kept_zero_per_axis(lw: Lowering, x: str, axis: int, rank: int, np_type) -> str:
-    """Per channel, the zero TF's per-axis reduction keeps: its scalar scan over (post, pre) lets the
-    later of two tied zeros win, so the last zero in that order decides. Shaped like the keepdims range."""
-    shape = lw.op("Shape", x)
-    pre = _int(lw, [1]) if axis == 0 else lw.reduce("ReduceProd", lw.op("Slice", shape, _int(lw, [0]), _int(lw, [axis])), [0], True)
-    depth = lw.op("Slice", shape, _int(lw, [axis]), _int(lw, [axis + 1]))
-    x3 = lw.op("Reshape", x, lw.op("Concat", pre, depth, _int(lw, [-1]), axis=0))
-    # [depth, post, pre] flattened per channel: position q * pre + r is the scan order
-    scan = lw.op("Reshape", lw.op("Transpose", x3, perm=[1, 2, 0]), lw.op("Concat", depth, _int(lw, [-1]), axis=0))
-    ones = lw.op("ConstantOfShape", lw.op("Concat", depth, _int(lw, [1]), axis=0),
-                 value=onnx_helper.make_tensor("value", NP_TO_ONNX[np.dtype(np_type)], [1], [1]))
-    scan = lw.op("Concat", scan, ones, axis=1)  # a nonzero last column: never empty, never chosen
-    position = lw.op("Range", _int(lw, 0), lw.op("Gather", lw.op("Shape", scan), _int(lw, 1), axis=0), _int(lw, 1))
-    masked = lw.op("Where", lw.op("Equal", scan, lw.const(0, np_type)), position, _int(lw, -1))
-    index = lw.op("ArgMax", masked, axis=1, keepdims=1)
-    kept = lw.op("Reshape", lw.op("GatherElements", scan, index, axis=1), _int(lw, [-1]))
-    return _per_axis_view(lw, kept, axis, rank)
+def _per_tensor_range(lw: Lowering, flat: str, np_type):
+    """(min, max) of the flushed 1-D ``flat`` as Eigen's vectorized full reduction finds them: scalars.
+
+    The data padded with NaN to whole groups of 4 packets of W lanes (W = 8 for float32, 4 for float64)
+    is a [G, 4, W] grid, G = n // 4W + 1: groups 0..G-2 are the blocks that the 4 packet accumulators
+    take in turn (accumulator k the packets k of each group), and the last group holds the leftover
+    whole packets (rows k < lr, up to 3), then the tail (the first t lanes of row lr), then the padding
+    (at least one NaN). Per extreme:
+
+    * the packets: an accumulator lane takes a new element only when it is strictly better, so a NaN
+      element never enters; NaNs are masked out of a per-group reduction and the groups reduced;
+    * the tail: a scalar scan that takes the new element unless the accumulator is strictly better, so
+      a NaN element replaces the accumulator and the next element replaces that NaN: the tail's result
+      is its last element if that is a NaN, else the extreme of the tail after its last NaN;
+    * the final combine keeps the tail's result unless the packets' is strictly better: a NaN tail
+      result is the range (both ends, one element), else the two extremes' extreme.
+
+    A zero extreme takes the sign of the zero that order keeps: the last zero of the tail after its last
+    NaN; else, in the packets, the lane first in the horizontal fold's rank holding a zero (a fold tie
+    keeps the lower half), and in that lane accumulator 0's first zero, then accumulator 1's, 2's, 3's
+    (ArgMax over the groups: the first group with a zero), then the leftover packets' in order.
+
+    Per element: the pad, IsNaN, two masks and group reductions for the values, Equal, a uint8 Cast
+    and an ArgMax for the zero; no int64 keys and no broadcast against a second operand (ORT's Where
+    and Mul are several times slower when one operand repeats along a short axis).
+    """
+    width = order.packet_width(np_type)
+    inf, ninf = lw.const(np.inf, np_type), lw.const(-np.inf, np_type)
+    n = lw.op("Size", flat)
+    w, group = _int(lw, width), _int(lw, 4 * width)
+    blocks = lw.op("Div", n, group)
+    rest = lw.op("Sub", n, lw.op("Mul", blocks, group))
+    pads = lw.op("Concat", _int(lw, [0]), lw.op("Reshape", lw.op("Sub", group, rest), _int(lw, [1])), axis=0)
+    padded = lw.op("Pad", flat, pads, lw.const(np.nan, np_type))
+    grid = lw.op("Reshape", padded, _int(lw, [-1, 4, width]))
+    nan = lw.op("IsNaN", grid)
+    group_lo = lw.reduce("ReduceMin", lw.op("Where", nan, inf, grid), [1, 2], False)
+    group_hi = lw.reduce("ReduceMax", lw.op("Where", nan, ninf, grid), [1, 2], False)
+    is_block = lw.op("Less", lw.op("Range", _int(lw, 0), lw.op("Add", blocks, _int(lw, 1)), _int(lw, 1)), blocks)
+    # values only: a zero's sign is set below (Where may drop a selected -0)
+    lo_b = lw.reduce("ReduceMin", lw.op("Where", is_block, group_lo, inf), None, False)
+    hi_b = lw.reduce("ReduceMax", lw.op("Where", is_block, group_hi, ninf), None, False)
+
+    last = lw.op("Gather", grid, blocks, axis=0)  # [4, W]: leftover packets, tail, padding
+    lr, t = lw.op("Div", rest, w), lw.op("Mod", rest, w)
+    row, lane = _int(lw, [[0], [1], [2], [3]]), _int(lw, [list(range(width))])
+    last_nan = lw.op("IsNaN", last)
+    leftover = lw.op("Less", row, lr)
+    counted = lw.op("And", leftover, lw.op("Not", last_nan))
+    lo_l = lw.reduce("ReduceMin", lw.op("Where", counted, last, inf), None, False)
+    hi_l = lw.reduce("ReduceMax", lw.op("Where", counted, last, ninf), None, False)
+    in_tail = lw.op("And", lw.op("Equal", row, lr), lw.op("Less", lane, t))
+    tail_nan = lw.reduce("ReduceMax", lw.op("Where", lw.op("And", in_tail, last_nan), lane, _int(lw, -2)), None, False)
+    live = lw.op("And", in_tail, lw.op("Greater", lane, tail_nan))  # the tail after its last NaN
+    lo_t = lw.reduce("ReduceMin", lw.op("Where", live, last, inf), None, False)
+    hi_t = lw.reduce("ReduceMax", lw.op("Where", live, last, ninf), None, False)
+    lo = lw.op("Min", lw.op("Min", lo_b, lo_l), lo_t)  # NaN-free operands
+    hi = lw.op("Max", lw.op("Max", hi_b, hi_l), hi_t)
+
+    zero = lw.const(0, np_type)
+    is_zero = lw.op("Cast", lw.op("Equal", grid, zero), to=TensorProto.UINT8)
+    first = lw.op("ArgMax", is_zero, axis=0, keepdims=1)  # [1, 4, W]: the first group with a zero
+    found = lw.op("Cast", lw.op("GatherElements", is_zero, first, axis=0), to=TensorProto.BOOL)
+    first = lw.op("Reshape", first, _int(lw, [4, width]))
+    in_block = lw.op("And", lw.op("Reshape", found, _int(lw, [4, width])), lw.op("Less", first, blocks))
+    left_zero = lw.op("And", leftover, lw.op("Equal", last, zero))
+    big, four = _int(lw, _BIG), _int(lw, 4)
+
+    def flat_at(group, k, lanes):  # the position of lane ``lanes`` of packet k of ``group``
+        return lw.op("Add", lw.op("Mul", lw.op("Add", lw.op("Mul", group, four), k), w), lanes)
+
+    # per lane, 8 candidates in accumulation order: accumulators 0..3, then leftover packets 0..2
+    key = lw.op("Concat", lw.op("Where", in_block, row, big), lw.op("Where", left_zero, lw.op("Add", row, four), big), axis=0)
+    at = lw.op("Concat", flat_at(first, row, lane), flat_at(blocks, row, lane), axis=0)
+    best = lw.op("ArgMin", key, axis=0, keepdims=1)  # [1, W]
+    has_zero = lw.op("Less", lw.op("GatherElements", key, best, axis=0), big)
+    pick = lw.op("ArgMin", lw.op("Where", has_zero, _int(lw, [_fold_rank(width)]), w), axis=1, keepdims=0)  # [1]
+    packet_zero = lw.op("Gather", lw.op("Reshape", lw.op("GatherElements", at, best, axis=0), _int(lw, [-1])), pick, axis=0)
+    live_zero = lw.op("And", live, lw.op("Equal", last, zero))
+    tail_zero = lw.reduce("ReduceMax", lw.op("Where", live_zero, lane, _int(lw, -1)), None, True)  # [1], -1: none
+    zero_at = lw.op("Where", lw.op("Less", tail_zero, _int(lw, 0)), packet_zero, flat_at(blocks, lr, tail_zero))
+    kept_zero = _scalar(lw, lw.op("Gather", padded, zero_at, axis=0))
+    lo = lw.where(lw.op("Equal", lo, zero), kept_zero, lo, np_type)
+    hi = lw.where(lw.op("Equal", hi, zero), kept_zero, hi, np_type)
+
+    nan_range = lw.op("Equal", tail_nan, lw.op("Sub", t, _int(lw, 1)))  # never for t = 0 (tail_nan >= -2)
+    last_element = lw.op("Gather", padded, lw.op("Max", lw.op("Sub", n, _int(lw, 1)), _int(lw, 0)), axis=0)
+    return lw.op("Where", nan_range, last_element, lo), lw.op("Where", nan_range, last_element, hi)
+
+
+def _last_position(lw: Lowering, flags: str, q_pre, guard) -> str:
+    """Per channel, the last scan position s = q * pre + p at which the uint8 ``flags`` (the [pre, D]
+    or [pre, D, post] view) is 1, or -1 if none; shaped like the keepdims reductions. ArgMax with
+    select_last_index finds the last p per (channel, q), GatherElements whether it is flagged at all,
+    and over q (``q_pre`` = q * pre, [1, 1, post]) the largest position wins. ``guard``: the rows to
+    append for ORT's ArgMax, which fails over an empty axis (a zero row when pre is 0, else none)."""
+    if guard is not None:
+        flags = lw.op("Pad", flags, guard)
+    last = lw.op("ArgMax", flags, axis=0, keepdims=1, select_last_index=1)
+    found = lw.op("Cast", lw.op("GatherElements", flags, last, axis=0), to=TensorProto.BOOL)
+    if q_pre is None:
+        return lw.op("Where", found, last, _int(lw, -1))
+    position = lw.op("Where", found, lw.op("Add", last, q_pre), _int(lw, -1))
+    return lw.reduce("ReduceMax", position, [2], True)
+
+
+def _per_axis_range(lw: Lowering, x3: str, dims, np_type, planes: bool, static_nonempty: bool):
+    """Per channel (min, max), shaped [1, D, 1] (``planes``: x3 is [pre, D, post]) or [1, D] (x3 is
+    [pre, D]: post is 1, and ORT broadcasts against a trailing 1 several times slower), of the flushed
+    ``x3``, as TF's per-axis reduction finds them: a scalar scan over (post, pre), the element at scan
+    position s = q * pre + p being x3[p, c, q], that takes the new element unless the accumulator is
+    strictly better. So the range is the channel's last element in scan order (x3[pre-1, c, post-1])
+    when that is a NaN; otherwise the extremes of the elements after the channel's last NaN, a zero
+    extreme taking the sign of the channel's last zero (which lies after that NaN whenever the extreme
+    is a zero). Per element: IsNaN, Equal, two uint8 Casts and ArgMaxes (the last NaN and the last zero),
+    the comparison with the last NaN's position, two masks and reductions."""
+    pre, depth, post = dims
+    inf, ninf = lw.const(np.inf, np_type), lw.const(-np.inf, np_type)
+    one = _int(lw, 1)
+    axes = [0, 2] if planes else [0]
+    p = lw.op("Reshape", lw.op("Range", _int(lw, 0), _scalar(lw, pre), one), _int(lw, [-1, 1, 1] if planes else [-1, 1]))
+    q_pre = None
+    position = p
+    if planes:
+        q = lw.op("Reshape", lw.op("Range", _int(lw, 0), _scalar(lw, post), one), _int(lw, [1, 1, -1]))
+        q_pre = lw.op("Mul", q, pre)
+        position = lw.op("Add", q_pre, p)  # [pre, 1, post]
+    guard = None
+    if not static_nonempty:
+        extra = lw.op("Sub", one, lw.op("Min", pre, one))
+        guard = lw.op("Concat", _int(lw, [0, 0, 0] if planes else [0, 0]), extra, _int(lw, [0, 0] if planes else [0]), axis=0)
+    zero = lw.const(0, np_type)
+    last_nan = _last_position(lw, lw.op("Cast", lw.op("IsNaN", x3), to=TensorProto.UINT8), q_pre, guard)
+    last_zero = _last_position(lw, lw.op("Cast", lw.op("Equal", x3, zero), to=TensorProto.UINT8), q_pre, guard)
+    live = lw.op("Greater", position, last_nan)
+    lo = lw.reduce("ReduceMin", lw.op("Where", live, x3, inf), axes, True)
+    hi = lw.reduce("ReduceMax", lw.op("Where", live, x3, ninf), axes, True)
+
+    # x3[s % pre, c, s // pre] as a flat index; a gather of D elements
+    c = lw.op("Reshape", lw.op("Range", _int(lw, 0), _scalar(lw, depth), one), _int(lw, [1, -1, 1] if planes else [1, -1]))
+    row = lw.op("Mul", depth, post)
+    flat = lw.op("Reshape", x3, _int(lw, [-1]))
+    if not static_nonempty:  # an empty x3 has nothing to gather from (its output is empty anyway): a stand-in
+        end = lw.op("Size", x3)
+        flat = lw.op("Concat", flat, lw.const([0], np_type), axis=0)
+    s_pre = lw.op("Max", pre, one)
+
+    def flat_index(s):
+        at_row = lw.op("Add", lw.op("Mul", lw.op("Mod", s, s_pre), row), lw.op("Mul", c, post))
+        index = lw.op("Add", at_row, lw.op("Div", s, s_pre))
+        return index if static_nonempty else lw.op("Min", index, end)
+
+    kept_zero = lw.op("Gather", flat, flat_index(lw.op("Max", last_zero, _int(lw, 0))), axis=0)
+    last = lw.op("Gather", flat, flat_index(lw.op("Max", lw.op("Sub", lw.op("Mul", pre, post), one), _int(lw, 0))), axis=0)
+    lo = lw.where(lw.op("Equal", lo, zero), kept_zero, lo, np_type)
+    hi = lw.where(lw.op("Equal", hi, zero), kept_zero, hi, np_type)
+    nan_range = lw.op("IsNaN", last)
+    return lw.op("Where", nan_range, last, lo), lw.op("Where", nan_range, last, hi)
+
+
+def _keeps_input_nan(lw: Lowering, dims, np_type, planes: bool) -> str:
+    """A [pre, 1, post] (``planes``) or [pre, 1] bool: where TF's per-axis, data-range, HALF_UP result keeps a NaN input's own
+    NaN over the step's (``_qdq_eigen_order.keeps_input_nan``), from the run-time dims.
+
+    Eigen's tiled executor runs blocks of cols = min(post, T) columns; when a row fits (cols = post) and
+    D = 1, the block's rows = min(pre, ceil(T / cols)) lie one after another in memory and form one inner
+    run, otherwise each block row is a run. Written as one formula: position f = q + p * post * merged
+    in runs of R over a length L ((pre * post, rows * post) merged, else (post, cols)); a run's last
+    len % W positions are its scalar tail, which keeps the step's NaN.
+    """
+    pre, depth, post = dims
+    width = order.packet_width(np_type)
+    one = _int(lw, 1)
+    tile = _int(lw, [order._TILE_COEFFS[np.dtype(np_type)]])  # the tile TF's build uses
+    cols = lw.op("Max", lw.op("Min", post, tile), one)
+    merged = lw.op("And", lw.op("Equal", cols, post), lw.op("Equal", depth, one))
+    rows = lw.op("Min", pre, lw.op("Div", lw.op("Sub", lw.op("Add", tile, cols), one), cols))
+    length = lw.op("Where", merged, lw.op("Mul", pre, post), post)
+    run = lw.op("Where", merged, lw.op("Max", lw.op("Mul", rows, post), one), cols)
+    stride = lw.op("Mul", lw.op("Cast", merged, to=TensorProto.INT64), post)
+    p = lw.op("Reshape", lw.op("Range", _int(lw, 0), _scalar(lw, pre), one), _int(lw, [-1, 1, 1] if planes else [-1, 1]))
+    f = lw.op("Mul", p, stride)
+    if planes:
+        f = lw.op("Add", f, lw.op("Reshape", lw.op("Range", _int(lw, 0), _scalar(lw, post), one), _int(lw, [1, 1, -1])))
+    at = lw.op("Mod", f, run)
+    run_len = lw.op("Min", run, lw.op("Sub", length, lw.op("Sub", f, at)))
+    return lw.op("Less", at, lw.op("Sub", run_len, lw.op("Mod", run_len, _int(lw, width))))
+
+
+def _from_data(lw: Lowering, x: str, axis: int, rank, grid, np_type, half_up: bool) -> str:
+    """The output for a range taken from the data (see the section comment above), computed on a flat
+    (per tensor) or [pre, D(, post)] (per axis) view of x and reshaped back."""
+    min_q, max_q = grid
+    if axis == -1:
+        flat = lw.flush(lw.op("Reshape", x, _int(lw, [-1])), np_type)
+        mn, mx = _per_tensor_range(lw, flat, np_type)
+        out, inv, _ = quantize_dequantize(lw, flat, mn, mx, min_q, max_q, np_type, False, half_up, flushed=True, parts=True)
+        # a NaN range: every output is the step's NaN
+        return lw.reshape_to(lw.op("Where", lw.op("IsNaN", inv), inv, out), lw.op("Shape", x))
+    static = lw.shape(0)
+    static_nonempty = static is not None and all(d > 0 for d in static)
+    planes = not (axis == rank - 1 or (static is not None and all(d == 1 for d in static[axis + 1:])))
+    pre = _int(lw, [1]) if axis == 0 else lw.reduce("ReduceProd", lw.dims_of(x, range(axis)), [0], True)
+    depth = lw.dims_of(x, [axis])
+    post = lw.reduce("ReduceProd", lw.dims_of(x, range(axis + 1, rank)), [0], True) if planes else _int(lw, [1])
+    dims = (pre, depth, post)
+    view = lw.op("Concat", pre, depth, post, axis=0) if planes else lw.op("Concat", pre, depth, axis=0)
+    x3 = lw.flush(lw.reshape_to(x, view), np_type)
+    mn, mx = _per_axis_range(lw, x3, dims, np_type, planes, static_nonempty)
+    out, inv, rounded = quantize_dequantize(lw, x3, mn, mx, min_q, max_q, np_type, False, half_up, flushed=True, parts=True)
+    step_nan = inv
+    if half_up:  # where the input's NaN is kept: a NaN input there shows through
+        own = lw.op("And", _keeps_input_nan(lw, dims, np_type, planes), lw.op("IsNaN", rounded))
+        step_nan = lw.op("Where", own, rounded, inv)
+    out = lw.op("Where", lw.op("IsNaN", inv), step_nan, out)
+    return lw.reshape_to(out, lw.op("Shape", x))
 
 
 def _lower_forward(ctx, node, version: int):
@@ -256,12 +444,12 @@ def _lower_forward(ctx, node, version: int):
         if out is not None:
             lw.emit(0, out)
             return
-    if range_given:
-        mn, mx = lw.inputs[1], lw.inputs[2]
-        if axis != -1:
-            mn, mx = _per_axis_view(lw, mn, axis, rank), _per_axis_view(lw, mx, axis, rank)
-    else:
-        mn, mx = _data_range(lw, x, axis, rank, np_type)
+    if not range_given:
+        lw.emit(0, _from_data(lw, x, axis, rank, (min_q, max_q), np_type, half_up))
+        return
+    mn, mx = lw.inputs[1], lw.inputs[2]
+    if axis != -1:
+        mn, mx = _per_axis_view(lw, mn, axis, rank), _per_axis_view(lw, mx, axis, rank)
     lw.emit(0, quantize_dequantize(lw, x, mn, mx, min_q, max_q, np_type, range_given, half_up))
 
 
