@@ -39,6 +39,7 @@ NCHW_TO_NHWC = [0, 2, 3, 1]
 # NCHW->NHWC Transposes are pushed down through the domain's nodes: the direction tf2onnx pushes them
 # for its NCHW convolutions, until they cancel against the next convolution's NHWC->NCHW Transpose.
 _FLIPPED_FORMAT = {("NHWC", tuple(NCHW_TO_NHWC)): "NCHW"}
+_MAX_SWEEPS = 10000  # a bound that no real graph reaches (each sweep moves Transposes at least one node on)
 _ELEMENTWISE_DOMAIN = ("FakeQuantWithMinMaxArgs", "FakeQuantWithMinMaxVars", "QuantizeAndDequantizeV2",
                        "QuantizeAndDequantizeV3", "QuantizeAndDequantizeV4")
 
@@ -76,6 +77,39 @@ def _layout_optimizer_class():
             }
             for op, handler in domain.items():
                 self._handler_map[op] = (lambda h: lambda trans, node: node.domain == DOMAIN and h(trans, node))(handler)
+
+        def _optimize_at_current_graph_level(self, graph):
+            """tf2onnx's loop in sweeps over the nodes. tf2onnx starts again from the first node after every
+            change and so tries every Transpose that could not move once per change: quadratic, 170 s of
+            the 200 s it took to convert the quantized MobileNetV2 saliency graph. Here one sweep applies
+            every rewrite it can in node order, and sweeps repeat until one changes nothing; the same
+            rewrites run, each on a graph where it applies."""
+            from tf2onnx.optimizer.transpose_optimizer import is_transpose, is_useless_transpose
+
+            self._g = graph
+            self.pre_optimize_action()
+            for _ in range(_MAX_SWEEPS):
+                changed = False
+                self._force_stop = {}
+                for n in list(graph.get_nodes()):
+                    if graph.get_node_by_name(n.name) is not n:
+                        continue  # removed by an earlier rewrite of this sweep
+                    if is_transpose(n):
+                        handled = self._handle_nhwc_tranpose(n)
+                        # A Transpose with several consumers is split into one per consumer and reported
+                        # as not handled: the graph changed all the same.
+                        if handled or graph.get_node_by_name(n.name) is not n:
+                            changed = True
+                            self.graph_been_opt = self.graph_been_opt or handled
+                            continue
+                    if is_useless_transpose(n):
+                        self._remove_useless_tranpose(n)
+                        changed = True
+                if not changed:
+                    break
+            self.merge_duplicated_transposes()
+            self.post_optimize_action()
+            return self._g
 
         # ----- helpers -----
         def _fed_at(self, trans, node, index: int) -> bool:
