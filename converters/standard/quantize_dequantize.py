@@ -364,7 +364,7 @@ def _keeps_input_nan(lw: Lowering, dims, np_type, planes: bool) -> str:
     pre, depth, post = dims
     width = order.packet_width(np_type)
     one = _int(lw, 1)
-    tile = _int(lw, [order._TILE_COEFFS[np.dtype(np_type)]])  # the tile TF's build uses
+    tile = _int(lw, [order.TILE_COEFFS[np.dtype(np_type)]])  # the tile TF's build uses
     cols = lw.op("Max", lw.op("Min", post, tile), one)
     merged = lw.op("And", lw.op("Equal", cols, post), lw.op("Equal", depth, one))
     rows = lw.op("Min", pre, lw.op("Div", lw.op("Sub", lw.op("Add", tile, cols), one), cols))
