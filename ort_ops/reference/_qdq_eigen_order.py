@@ -20,7 +20,7 @@ _PACKET = {np.dtype(np.float32): 8, np.dtype(np.float64): 4}  # AVX packet width
 
 # Eigen's tiled executor cuts the per-axis, data-range, HALF_UP expression into blocks of this many
 # coefficients (kTaskSize over the expression's cost per coefficient: fixed by the expression type).
-_TILE_COEFFS = {np.dtype(np.float32): 11428, np.dtype(np.float64): 5714}
+TILE_COEFFS = {np.dtype(np.float32): 11428, np.dtype(np.float64): 5714}
 
 
 def packet_width(dtype) -> int:
@@ -144,7 +144,7 @@ def keeps_input_nan(pre: int, depth: int, post: int, dtype, *, per_axis: bool, r
     - per axis, data range, HALF_TO_EVEN: the step's everywhere;
     - per axis, data range, HALF_UP: Eigen's tiled executor. Its blocks are [rows, cols] of the
       [pre, post] channel view with cols = min(post, T) and rows = min(pre, ceil(T / cols))
-      (T = _TILE_COEFFS); each block row is an inner run, and a block's rows merge into one run when
+      (T = TILE_COEFFS); each block row is an inner run, and a block's rows merge into one run when
       they are contiguous in memory (depth 1 and whole rows). Each run's scalar tail keeps the step's.
     """
     if not range_given and (not per_axis or round_mode == "HALF_TO_EVEN"):
@@ -153,7 +153,7 @@ def keeps_input_nan(pre: int, depth: int, post: int, dtype, *, per_axis: bool, r
     if range_given:
         flat = ~_tail_of_runs(pre * post, max(pre * post, 1), width)
         return flat.reshape(pre, post)
-    tile = _TILE_COEFFS[np.dtype(dtype)]
+    tile = TILE_COEFFS[np.dtype(dtype)]
     cols = min(post, tile)
     if cols < post or depth > 1:
         return np.broadcast_to(~_tail_of_runs(post, max(cols, 1), width), (pre, post))
