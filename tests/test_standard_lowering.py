@@ -184,6 +184,20 @@ def test_fake_quant_bad_num_bits_is_a_lowering_error():
 # ---------------------------------------------------------------- QuantizeAndDequantize*
 
 
+@pytest.mark.parametrize("lo, hi", [(2.0, 1.0), (np.nan, 1.0), (0.0, np.nan)])
+def test_quantize_and_dequantize_invalid_constant_range_is_a_lowering_error(lo, hi):
+    """TF rejects a per-tensor range unless min <= max (a NaN end included) when the op runs; a constant one
+    is rejected at conversion time (a standard ONNX graph cannot raise at run time)."""
+    def fn(x):
+        return tf.raw_ops.QuantizeAndDequantizeV4(input=x, input_min=np.float32(lo), input_max=np.float32(hi),
+                                                  range_given=True)
+
+    with pytest.raises(tf.errors.InvalidArgumentError, match="Invalid range"):
+        fn(tf.constant([0.5], tf.float32))
+    with pytest.raises(LoweringError, match="Invalid range"):
+        convert(fn, [tf.TensorSpec([None], tf.float32)])
+
+
 def _qdq_configs():
     cfgs = []
     for signed in (True, False):

@@ -83,9 +83,10 @@ def _check_range_shape(lw: Lowering, axis: int, rank):
 
 
 def _check_constant_range(lw: Lowering, axis: int):
-    """A range given as constants is checked like TF's kernel does at run time."""
+    """A range given as constants is checked like TF's kernel does at run time (not min <= max: a NaN
+    end is an invalid range too). A range computed in the graph cannot be: ONNX has no run-time error."""
     mn, mx = lw.constant_value(1), lw.constant_value(2)
-    if axis == -1 and mn is not None and mx is not None and float(mn) > float(mx):
+    if axis == -1 and mn is not None and mx is not None and not float(mn) <= float(mx):
         lw.fail(f"Invalid range: input_min {float(mn):g} > input_max {float(mx):g}")
 
 
