@@ -4,8 +4,9 @@
 // TFOPS_ISA=avx512|avx2|sse2 (tests and benchmarks force each path that way). Every copy computes the
 // same IEEE operations in the same order (no FMA contraction: the library is built with
 // -ffp-contract=off), so the choice changes speed only; tests/test_cpp_isa.py runs every path and
-// compares the outputs bit for bit, NaN payloads included. TFOPS_NO_CLONES (or a non-x86 target)
-// builds the baseline copy alone.
+// compares the outputs bit for bit (NaN payloads too for the quantization ops; where two NaNs meet,
+// the surviving payload follows the compiler's operand order, which only the quantization kernels
+// pin down, docs/cpu.md). TFOPS_NO_CLONES (or a non-x86 target) builds the baseline copy alone.
 #pragma once
 
 #if defined(__x86_64__) && defined(__ELF__) && !defined(TFOPS_NO_CLONES)
