@@ -1,14 +1,18 @@
 """Time every op of the domain: TensorFlow's own kernel, ONNX Runtime with our library, and a memory floor.
 
     # from the repository root:
-    PYTHONPATH=. python benchmarks/bench_ops.py [--threads 2] [--repeat 10]
-                       [--ops FakeQuantWithMinMaxVars ...] [--shape 16,56,56,128]
+    PYTHONPATH=. python benchmarks/bench_ops.py [--threads 2] [--repeat 10] [--onednn both|on|off|default]
+                       [--isa avx512|avx2|sse2] [--ops FakeQuantWithMinMaxVars ...] [--shape 16,56,56,128]
 
-One process, one machine, one thread count for all three:
-  * TF: a tf.function calling tf.raw_ops.<Op> on tensors already in TF (TF 2.21's default build, so
-    batch norm and depthwise run oneDNN kernels), intra-op threads = --threads, inter-op threads = 1;
+One machine, one thread count for all three:
+  * TF: a tf.function calling tf.raw_ops.<Op> on tensors already in TF, intra-op threads = --threads,
+    inter-op threads = 1. TF has two kernel sets for batch norm and depthwise (docs/semantics.md 0.6),
+    chosen by TF_ENABLE_ONEDNN_OPTS when TF is imported; its default depends on the CPU (on with
+    AVX-512). --onednn on/off pins it; --onednn both (the default) runs the whole measurement twice,
+    in a child process per setting, and shows both TF times side by side, each ratio against the ORT
+    time measured in the same child (interleaved with that TF);
   * ORT: a one-node model of the domain (ort_ops.make_single_op_model) in an InferenceSession with the
-    custom-op library, intra_op_num_threads = --threads, inter_op_num_threads = 1. Integer shape inputs
+    custom-op library (its CPU kernels on the vector ISA that --isa, i.e. TFOPS_ISA, caps; docs/cpu.md), intra_op_num_threads = --threads, inter_op_num_threads = 1. Integer shape inputs
     (input_sizes, filter_sizes, num_bits) are initializers, as a converter writes them;
   * floor: NumPy moving the same bytes with --threads threads: every output is written once by copying
     input bytes into it, and input bytes that no output needs are read once. No op can beat it by much,
@@ -23,6 +27,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import dataclasses
+import json
 import os
 import platform
 import subprocess
@@ -244,6 +249,42 @@ def check(case: Case, expected, actual) -> str:
 # ----------------------------------------------------------------------------------------------
 
 
+def tf_onednn_setting() -> str:
+    """TF's kernel set in this process: TF_ENABLE_ONEDNN_OPTS as given, and what TF reports."""
+    import tensorflow as tf  # noqa: F401
+
+    try:
+        from tensorflow.python.util import _pywrap_util_port
+
+        active = "on" if _pywrap_util_port.IsMklEnabled() else "off"
+    except (ImportError, AttributeError):
+        active = "unknown"
+    given = os.environ.get("TF_ENABLE_ONEDNN_OPTS")
+    return f"oneDNN {active} (TF_ENABLE_ONEDNN_OPTS={given if given is not None else 'unset, TF default'})"
+
+
+def cpu_vector_isa() -> str:
+    """The CPU's vector extensions (from /proc/cpuinfo) and the path the library's kernels run."""
+    flags = set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    except OSError:
+        pass
+    wanted = ["sse2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_vnni",
+              "avx512_bf16"]
+    have = " ".join(f for f in wanted if f in flags) or "unknown"
+    try:
+        from ort_ops.library import cpu_isa
+
+        path = cpu_isa()
+    except Exception as e:  # a missing library shows in the table too
+        path = f"unknown ({type(e).__name__})"
+    return f"CPU vector ISA: {have}; library kernels run the {path} path (TFOPS_ISA={os.environ.get('TFOPS_ISA', 'unset')})"
+
+
 def machine_description(threads: int) -> str:
     model = platform.processor() or "unknown CPU"
     try:
@@ -259,46 +300,40 @@ def machine_description(threads: int) -> str:
 
     return (
         f"CPU: {model}; {cpus} logical CPUs ({per_core} threads per core), os.cpu_count()={os.cpu_count()}; "
-        f"threads used: {threads}\nTensorFlow {tf.__version__} (oneDNN default), onnxruntime {onnxruntime.__version__}, "
-        f"NumPy {np.__version__}, Python {platform.python_version()}"
+        f"threads used: {threads}\n{cpu_vector_isa()}\n"
+        f"TensorFlow {tf.__version__}, onnxruntime {onnxruntime.__version__}, NumPy {np.__version__}, "
+        f"Python {platform.python_version()}"
     )
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--threads", type=int, default=2, help="intra-op threads for TF and ORT, threads of the floor")
-    parser.add_argument("--repeat", type=int, default=10, help="timed runs per measurement (median shown)")
-    parser.add_argument("--ops", nargs="+", help="only these ops (default: all 19)")
-    parser.add_argument("--shape", default="16,56,56,128", help="NHWC shape of the main input (default 16,56,56,128)")
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
+HEADER = ("op", "config", "TF ms", "ORT ms", "floor ms", "ORT/TF", "ORT/floor", "check")
+WIDTHS = [42, 31, 9, 9, 9, 7, 9, 5]
+BOTH_HEADER = ("op", "config", "TF on ms", "ORT ms", "TF off ms", "ORT ms", "floor ms", "ORT/TF on",
+               "ORT/TF off", "ORT/floor", "check")
+BOTH_WIDTHS = [42, 31, 9, 7, 9, 7, 8, 9, 10, 9, 5]
 
+
+def emit(row, widths):
+    print("  ".join(str(v).ljust(w) for v, w in zip(row, widths)).rstrip(), flush=True)
+
+
+def measure(args, shape, json_rows: bool) -> int:
+    """Times every case in this process (one TF kernel set); prints a table, or JSON lines."""
     import tensorflow as tf
 
     # Must happen before TF runs anything.
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     tf.config.threading.set_inter_op_parallelism_threads(1)
 
-    import ort_ops
-
-    shape = tuple(int(v) for v in args.shape.split(","))
-    if args.ops:
-        unknown = sorted(set(args.ops) - set(ort_ops.OP_NAMES))
-        if unknown:
-            parser.error(f"unknown ops {unknown}; known: {', '.join(ort_ops.OP_NAMES)}")
     cases = [c for c in make_cases(shape, np.random.default_rng(args.seed)) if not args.ops or c.op in args.ops]
-
-    print(machine_description(args.threads))
-    print(f"main input NHWC {list(shape)} float32; median of {args.repeat} runs\n", flush=True)
-    header = ("op", "config", "TF ms", "ORT ms", "floor ms", "ORT/TF", "ORT/floor", "check")
-    rows = []
-    widths = [42, 31, 9, 9, 9, 7, 9, 5]
-
-    def emit(row):
-        print("  ".join(str(v).ljust(w) for v, w in zip(row, widths)).rstrip(), flush=True)
-
-    emit(header)
-    emit(["-" * w for w in widths])
+    if json_rows:
+        print(json.dumps({"header": machine_description(args.threads), "onednn": tf_onednn_setting()}), flush=True)
+    else:
+        print(machine_description(args.threads))
+        print(f"TF kernels: {tf_onednn_setting()}")
+        print(f"main input NHWC {list(shape)} float32; median of {args.repeat} runs\n", flush=True)
+        emit(HEADER, WIDTHS)
+        emit(["-" * w for w in WIDTHS], WIDTHS)
     failures = 0
     with concurrent.futures.ThreadPoolExecutor(args.threads) as pool:
         for case in cases:
@@ -312,10 +347,79 @@ def main(argv=None) -> int:
             floor = MemoryFloor(case.inputs, expected, pool)
             tf_ms, ort_ms, floor_ms = interleaved_median_ms([tf_run, ort_run, floor.run], args.repeat)
             failures += status != "ok"
-            row = (case.op, case.config, f"{tf_ms:.2f}", f"{ort_ms:.2f}", f"{floor_ms:.2f}",
-                   f"{ort_ms / tf_ms:.2f}", f"{ort_ms / floor_ms:.2f}", status)
-            rows.append(row)
-            emit(row)
+            if json_rows:
+                print(json.dumps({"op": case.op, "config": case.config, "tf": tf_ms, "ort": ort_ms,
+                                  "floor": floor_ms, "check": status}), flush=True)
+            else:
+                emit((case.op, case.config, f"{tf_ms:.2f}", f"{ort_ms:.2f}", f"{floor_ms:.2f}",
+                      f"{ort_ms / tf_ms:.2f}", f"{ort_ms / floor_ms:.2f}", status), WIDTHS)
+    return 1 if failures else 0
+
+
+def run_child(argv, onednn: str) -> tuple:
+    """This script with --onednn <on|off> --json-rows in a child process: (header, setting, rows)."""
+    env = dict(os.environ, TF_ENABLE_ONEDNN_OPTS="1" if onednn == "on" else "0")
+    proc = subprocess.run([sys.executable, __file__, *argv, "--onednn", onednn, "--json-rows"], env=env,
+                          capture_output=True, text=True)
+    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        raise RuntimeError(f"the oneDNN {onednn} child printed nothing:\n{proc.stderr[-3000:]}")
+    return lines[0]["header"], lines[0]["onednn"], lines[1:]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", type=int, default=2, help="intra-op threads for TF and ORT, threads of the floor")
+    parser.add_argument("--repeat", type=int, default=10, help="timed runs per measurement (median shown)")
+    parser.add_argument("--ops", nargs="+", help="only these ops (default: all 19)")
+    parser.add_argument("--shape", default="16,56,56,128", help="NHWC shape of the main input (default 16,56,56,128)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--onednn", choices=["both", "on", "off", "default"], default="both",
+                        help="TF's kernel set: both (a child process each, one table), on, off, or TF's default")
+    parser.add_argument("--isa", choices=["avx512", "avx2", "sse2"],
+                        help="cap the library's vector ISA (sets TFOPS_ISA; default: the CPU's best)")
+    parser.add_argument("--json-rows", action="store_true", help=argparse.SUPPRESS)  # the children's output
+    args = parser.parse_args(argv)
+    if args.isa:
+        os.environ["TFOPS_ISA"] = args.isa  # read by the library when its first kernel runs
+
+    import ort_ops
+
+    shape = tuple(int(v) for v in args.shape.split(","))
+    if args.ops:
+        unknown = sorted(set(args.ops) - set(ort_ops.OP_NAMES))
+        if unknown:
+            parser.error(f"unknown ops {unknown}; known: {', '.join(ort_ops.OP_NAMES)}")
+
+    if args.onednn in ("on", "off") and not args.json_rows:
+        os.environ["TF_ENABLE_ONEDNN_OPTS"] = "1" if args.onednn == "on" else "0"  # before TF is imported
+    if args.onednn != "both":
+        return measure(args, shape, args.json_rows)
+
+    child_argv = [a for a in (argv if argv is not None else sys.argv[1:])]
+    i = 0
+    while i < len(child_argv):  # drop --onednn <value>; the children get their own
+        if child_argv[i] == "--onednn":
+            del child_argv[i:i + 2]
+        elif child_argv[i].startswith("--onednn="):
+            del child_argv[i]
+        else:
+            i += 1
+    header, on_setting, on_rows = run_child(child_argv, "on")
+    _, off_setting, off_rows = run_child(child_argv, "off")
+    print(header)
+    print(f"TF kernels: {on_setting} | {off_setting}; each ORT/TF ratio is against the ORT time of the same child")
+    print(f"main input NHWC {list(shape)} float32; median of {args.repeat} runs\n", flush=True)
+    emit(BOTH_HEADER, BOTH_WIDTHS)
+    emit(["-" * w for w in BOTH_WIDTHS], BOTH_WIDTHS)
+    failures = 0
+    for a, b in zip(on_rows, off_rows):
+        status = a["check"] if a["check"] != "ok" else b["check"]
+        failures += status != "ok"
+        floor = min(a["floor"], b["floor"])
+        emit((a["op"], a["config"], f"{a['tf']:.2f}", f"{a['ort']:.2f}", f"{b['tf']:.2f}", f"{b['ort']:.2f}",
+              f"{floor:.2f}", f"{a['ort'] / a['tf']:.2f}", f"{b['ort'] / b['tf']:.2f}",
+              f"{min(a['ort'], b['ort']) / floor:.2f}", status), BOTH_WIDTHS)
     return 1 if failures else 0
 
 

@@ -52,6 +52,18 @@ def cuda_kernels_built(path: str | None = None) -> bool:
     return cuda_kernel_count(path) > 0
 
 
+def cpu_isa(path: str | None = None) -> str:
+    """The vector ISA the library's CPU kernels run with in this process: "avx512", "avx2" or "sse2"
+    ("baseline" for a build without ISA dispatch). The best the CPU has unless the environment
+    variable ``TFOPS_ISA`` (avx512, avx2 or sse2, read once when a kernel first runs) caps it; see
+    docs/cpu.md. Needs neither onnxruntime nor a session."""
+    import ctypes
+
+    fn = ctypes.CDLL(path or library_path()).TfOpsCpuIsa
+    fn.restype = ctypes.c_char_p
+    return fn().decode()
+
+
 def session_options(**kwargs):
     """``onnxruntime.SessionOptions`` with the library registered; keyword arguments set attributes."""
     import onnxruntime as ort

@@ -22,10 +22,6 @@ namespace {
 
 using i64 = std::int64_t;
 
-// The templated loops are forced inline into the per-type entry points below (each of which gets
-// an AVX2 clone), so every clone carries its own vectorized copy.
-#define TFOPS_ALWAYS_INLINE inline __attribute__((always_inline))
-
 std::string ShapeString(const std::vector<i64>& s) {
   std::ostringstream os;
   os << "[";
@@ -506,7 +502,7 @@ constexpr i64 kFilterBlock = 64;
 // [lo, hi) of one row, held in eight 8-lane vector registers across the columns instead of being
 // loaded and stored per column. Each lane adds the same products in the same (column) order as
 // the scalar loop; the build has no FMA contraction, so the vector and scalar forms round alike.
-// (The baseline clone passes these 32-byte vectors only between always-inlined functions, so the
+// (The baseline copy passes these 32-byte vectors only between always-inlined functions, so the
 // ABI note GCC gives for them does not apply.)
 #pragma GCC diagnostic ignored "-Wpsabi"
 typedef float F8 __attribute__((vector_size(32)));
@@ -575,22 +571,32 @@ TFOPS_ALWAYS_INLINE void FilterPartial(const Geometry& g, const A* in, const A* 
   }
 }
 
-// The hot loops, one non-template entry per storage type so that each gets an AVX2 clone next to
-// the baseline (same IEEE operations in both: the build disables FMA contraction).
-#define TFOPS_DEPTHWISE_HOT(T)                                                                              \
-  TFOPS_VECTOR_CLONES void ForwardHot(const T*, const Geometry& g, const Types<T>::A* in,                \
-                                      const Types<T>::A* w, Types<T>::A* out, i64 b, i64 e) {            \
-    ForwardRows<Types<T>::A, Types<T>::kRound>(g, in, w, out, b, e, Types<T>::RoundOp());                   \
-  }                                                                                                         \
-  TFOPS_VECTOR_CLONES void BackpropInputHot(const T*, const Geometry& g, const Types<T>::A* w,           \
-                                            const Types<T>::A* dy, Types<T>::A* dx, Types<T>::A* acc,     \
-                                            i64 b, i64 e) {                                                 \
-    BackpropInputRows<Types<T>::A, Types<T>::kRound>(g, w, dy, dx, acc, b, e, Types<T>::RoundOp());         \
-  }                                                                                                         \
-  TFOPS_VECTOR_CLONES void FilterPartialHot(const T*, const Geometry& g, const Types<T>::A* in,          \
-                                            const Types<T>::A* dy, i64 b, i64 c0, i64 c1, Types<T>::A* buf) { \
-    FilterPartial<Types<T>::A, Types<T>::kRound>(g, in, dy, b, c0, c1, buf, Types<T>::RoundOp());           \
-  }
+// The hot loops, one non-template entry per storage type, each compiled once per ISA (simd.h; the
+// templated loops above are always-inline, so every copy carries its own vectorized code). All copies
+// compute the same IEEE operations (the build disables FMA contraction).
+#define TFOPS_DEPTHWISE_HOT(T)                                                                                   \
+  TFOPS_ALWAYS_INLINE void ForwardBody(const T*, const Geometry& g, const Types<T>::A* in, const Types<T>::A* w, \
+                                       Types<T>::A* out, i64 b, i64 e) {                                        \
+    ForwardRows<Types<T>::A, Types<T>::kRound>(g, in, w, out, b, e, Types<T>::RoundOp());                        \
+  }                                                                                                              \
+  TFOPS_ISA_VARIANTS(ForwardHot, (const T* tag, const Geometry& g, const Types<T>::A* in, const Types<T>::A* w,  \
+                                  Types<T>::A* out, i64 b, i64 e),                                               \
+                     (tag, g, in, w, out, b, e), ForwardBody)                                                    \
+  TFOPS_ALWAYS_INLINE void BackpropInputBody(const T*, const Geometry& g, const Types<T>::A* w,                  \
+                                             const Types<T>::A* dy, Types<T>::A* dx, Types<T>::A* acc, i64 b,    \
+                                             i64 e) {                                                            \
+    BackpropInputRows<Types<T>::A, Types<T>::kRound>(g, w, dy, dx, acc, b, e, Types<T>::RoundOp());              \
+  }                                                                                                              \
+  TFOPS_ISA_VARIANTS(BackpropInputHot, (const T* tag, const Geometry& g, const Types<T>::A* w,                   \
+                                        const Types<T>::A* dy, Types<T>::A* dx, Types<T>::A* acc, i64 b, i64 e), \
+                     (tag, g, w, dy, dx, acc, b, e), BackpropInputBody)                                          \
+  TFOPS_ALWAYS_INLINE void FilterPartialBody(const T*, const Geometry& g, const Types<T>::A* in,                 \
+                                             const Types<T>::A* dy, i64 b, i64 c0, i64 c1, Types<T>::A* buf) {   \
+    FilterPartial<Types<T>::A, Types<T>::kRound>(g, in, dy, b, c0, c1, buf, Types<T>::RoundOp());                \
+  }                                                                                                              \
+  TFOPS_ISA_VARIANTS(FilterPartialHot, (const T* tag, const Geometry& g, const Types<T>::A* in,                  \
+                                        const Types<T>::A* dy, i64 b, i64 c0, i64 c1, Types<T>::A* buf),         \
+                     (tag, g, in, dy, b, c0, c1, buf), FilterPartialBody)
 
 TFOPS_DEPTHWISE_HOT(float)
 TFOPS_DEPTHWISE_HOT(double)

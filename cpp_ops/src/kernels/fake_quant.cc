@@ -18,20 +18,27 @@ namespace {
 // Elements per parallel task: a shape-only choice, large enough to amortize scheduling.
 constexpr int64_t kGrain = 1 << 15;
 
-TFOPS_VECTOR_CLONES
-void ForwardMultiply(const float* x, float* y, int64_t n, float lo, float hi, float inv_scale, float quant_zero,
-                     float scale) {
+// The vectorized loops: one copy per ISA (simd.h), the active one called.
+TFOPS_ALWAYS_INLINE void ForwardMultiplyBody(const float* x, float* y, int64_t n, float lo, float hi, float inv_scale,
+                                             float quant_zero, float scale) {
   for (int64_t i = 0; i < n; ++i) y[i] = FakeQuantMultiply(x[i], lo, hi, inv_scale, quant_zero, scale);
 }
+TFOPS_ISA_VARIANTS(ForwardMultiply,
+                   (const float* x, float* y, int64_t n, float lo, float hi, float inv_scale, float quant_zero,
+                    float scale),
+                   (x, y, n, lo, hi, inv_scale, quant_zero, scale), ForwardMultiplyBody)
 
-TFOPS_VECTOR_CLONES
-void ForwardDivide(const float* x, float* y, int64_t n, float lo, float hi, float scale, float quant_zero) {
+TFOPS_ALWAYS_INLINE void ForwardDivideBody(const float* x, float* y, int64_t n, float lo, float hi, float scale,
+                                           float quant_zero) {
   for (int64_t i = 0; i < n; ++i) y[i] = FakeQuantDivide(x[i], lo, hi, scale, quant_zero);
 }
+TFOPS_ISA_VARIANTS(ForwardDivide, (const float* x, float* y, int64_t n, float lo, float hi, float scale,
+                                   float quant_zero),
+                   (x, y, n, lo, hi, scale, quant_zero), ForwardDivideBody)
 
 // A grid with a NaN (from a NaN or infinite range) is the one case where an operation of the
 // forward can meet two NaNs, and which one x86 returns then depends on the operand order the
-// compiler picked, which differs between the clones. Such grids take this scalar loop, whose
+// compiler picked, which differs between the ISA copies. Such grids take this scalar loop, whose
 // operations return the NaN that FakeQuantX86Ops spells out (the first operand's), on every CPU;
 // the CUDA kernels recompute NaN elements with the same operations. With a NaN-free grid each
 // operation has at most one NaN operand, so the vectorized loops give the same NaNs in any order.
@@ -49,10 +56,12 @@ bool HasNan(const FakeQuantGrid& g) {
          FakeQuantIsNan(g.inv_scale) || FakeQuantIsNan(g.quant_zero);
 }
 
-TFOPS_VECTOR_CLONES
-void GradientInRange(const float* g, const float* x, float* dx, int64_t n, float lo, float hi) {
+TFOPS_ALWAYS_INLINE void GradientInRangeBody(const float* g, const float* x, float* dx, int64_t n, float lo,
+                                             float hi) {
   for (int64_t i = 0; i < n; ++i) dx[i] = FakeQuantMasked(g[i], x[i], lo, hi);
 }
+TFOPS_ISA_VARIANTS(GradientInRange, (const float* g, const float* x, float* dx, int64_t n, float lo, float hi),
+                   (g, x, dx, n, lo, hi), GradientInRangeBody)
 
 // Per-channel grids as arrays, so rows vectorize across channels. keep[c] is 0 for a channel whose
 // range is min == max == 0 (its output is 0, its dx is g and its sums are 0), else 1.
@@ -75,15 +84,18 @@ struct ChannelGrids {
   }
 };
 
-TFOPS_VECTOR_CLONES
-void PerChannelForwardRowImpl(const float* __restrict x, float* __restrict y, int64_t n, const float* lo,
-                              const float* hi, const float* inv_scale, const float* quant_zero, const float* scale,
-                              const float* keep) {
+TFOPS_ALWAYS_INLINE void PerChannelForwardRowBody(const float* __restrict x, float* __restrict y, int64_t n,
+                                                  const float* lo, const float* hi, const float* inv_scale,
+                                                  const float* quant_zero, const float* scale, const float* keep) {
   for (int64_t c = 0; c < n; ++c) {
     const float v = FakeQuantMultiply(x[c], lo[c], hi[c], inv_scale[c], quant_zero[c], scale[c]);
     y[c] = keep[c] != 0.0f ? v : 0.0f;
   }
 }
+TFOPS_ISA_VARIANTS(PerChannelForwardRowImpl,
+                   (const float* __restrict x, float* __restrict y, int64_t n, const float* lo, const float* hi,
+                    const float* inv_scale, const float* quant_zero, const float* scale, const float* keep),
+                   (x, y, n, lo, hi, inv_scale, quant_zero, scale, keep), PerChannelForwardRowBody)
 
 inline void PerChannelForwardRow(const float* x, float* y, int64_t n, const ChannelGrids& g) {
   if (g.any_nan) {
@@ -100,10 +112,10 @@ inline void PerChannelForwardRow(const float* x, float* y, int64_t n, const Chan
 
 // One row of the per-channel gradient over n channels: dx, and each channel's terms added into
 // its accumulator lanes sum_min[c], sum_max[c].
-TFOPS_VECTOR_CLONES
-void PerChannelGradientRow(const float* __restrict g, const float* __restrict x, float* __restrict dx, int64_t n,
-                           const float* lo, const float* hi, const float* keep, float* __restrict sum_min,
-                           float* __restrict sum_max) {
+TFOPS_ALWAYS_INLINE void PerChannelGradientRowBody(const float* __restrict g, const float* __restrict x,
+                                                   float* __restrict dx, int64_t n, const float* lo, const float* hi,
+                                                   const float* keep, float* __restrict sum_min,
+                                                   float* __restrict sum_max) {
   for (int64_t c = 0; c < n; ++c) {
     const float gv = g[c], xv = x[c];
     // As GradientInRange; a min == max == 0 channel copies g unflushed, as TF's Eigen copy does.
@@ -113,6 +125,11 @@ void PerChannelGradientRow(const float* __restrict g, const float* __restrict x,
     sum_max[c] = sum_max[c] + FakeQuantAboveTerm(gv, xv, hi[c]);
   }
 }
+TFOPS_ISA_VARIANTS(PerChannelGradientRow,
+                   (const float* __restrict g, const float* __restrict x, float* __restrict dx, int64_t n,
+                    const float* lo, const float* hi, const float* keep, float* __restrict sum_min,
+                    float* __restrict sum_max),
+                   (g, x, dx, n, lo, hi, keep, sum_min, sum_max), PerChannelGradientRowBody)
 
 constexpr int64_t kChannelBlock = 64;
 

@@ -21,22 +21,25 @@ constexpr int64_t kGrain = 1 << 15;  // elements per parallel task (a shape-only
 
 // ---- the elementwise pass
 // qdq::QuantizeOne with NativeArith: the CPU's FTZ/DAZ mode and x86's NaN rules make it TF's, and it
-// vectorizes (AVX2 clone: vroundps).
+// vectorizes (the AVX2 and AVX-512 copies round with vroundps/vrndscaleps).
 template <typename T, bool kClamp, bool kHalfUp>
-inline void QdqLoop(const T* x, T* y, int64_t n, T lo, T hi, T scale, T inverse) {
+TFOPS_ALWAYS_INLINE void QdqLoop(const T* x, T* y, int64_t n, T lo, T hi, T scale, T inverse) {
   for (int64_t i = 0; i < n; ++i) {
     y[i] = qdq::QuantizeOne<qdq::NativeArith, kClamp, kHalfUp>(x[i], lo, hi, scale, inverse);
   }
 }
 
-#define TFOPS_QDQ_LOOP(NAME, T, CLAMP)                                                                   \
-  TFOPS_VECTOR_CLONES void NAME(const T* x, T* y, int64_t n, T lo, T hi, T scale, T inverse, bool half_up) { \
-    if (half_up) {                                                                                      \
-      QdqLoop<T, CLAMP, true>(x, y, n, lo, hi, scale, inverse);                                        \
-    } else {                                                                                            \
-      QdqLoop<T, CLAMP, false>(x, y, n, lo, hi, scale, inverse);                                       \
-    }                                                                                                   \
-  }
+// One copy of each loop per ISA (simd.h).
+#define TFOPS_QDQ_LOOP(NAME, T, CLAMP)                                                                         \
+  TFOPS_ALWAYS_INLINE void NAME##Body(const T* x, T* y, int64_t n, T lo, T hi, T scale, T inverse, bool half_up) { \
+    if (half_up) {                                                                                            \
+      QdqLoop<T, CLAMP, true>(x, y, n, lo, hi, scale, inverse);                                              \
+    } else {                                                                                                  \
+      QdqLoop<T, CLAMP, false>(x, y, n, lo, hi, scale, inverse);                                             \
+    }                                                                                                         \
+  }                                                                                                           \
+  TFOPS_ISA_VARIANTS(NAME, (const T* x, T* y, int64_t n, T lo, T hi, T scale, T inverse, bool half_up),      \
+                     (x, y, n, lo, hi, scale, inverse, half_up), NAME##Body)
 TFOPS_QDQ_LOOP(QdqFloat, float, false)
 TFOPS_QDQ_LOOP(QdqFloatClamped, float, true)
 TFOPS_QDQ_LOOP(QdqDouble, double, false)
@@ -54,7 +57,7 @@ inline void QdqSegment(const double* x, double* y, int64_t n, const QdqParams<do
 // One row of a [pre, depth] view (post == 1): channel c has its own parameters, so the row is
 // vectorized across channels with the parameters as arrays.
 template <typename T, bool kClamp, bool kHalfUp>
-inline void QdqRowLoop(const T* __restrict x, T* __restrict y, int64_t n, const T* lo, const T* hi, const T* scale,
+TFOPS_ALWAYS_INLINE void QdqRowLoop(const T* __restrict x, T* __restrict y, int64_t n, const T* lo, const T* hi, const T* scale,
                        const T* inverse) {
   for (int64_t c = 0; c < n; ++c) {
     y[c] = qdq::QuantizeOne<qdq::NativeArith, kClamp, kHalfUp>(x[c], lo[c], hi[c], scale[c], inverse[c]);
@@ -62,8 +65,8 @@ inline void QdqRowLoop(const T* __restrict x, T* __restrict y, int64_t n, const 
 }
 
 #define TFOPS_QDQ_ROW(NAME, T)                                                                             \
-  TFOPS_VECTOR_CLONES void NAME(const T* x, T* y, int64_t n, const T* lo, const T* hi, const T* scale,       \
-                                const T* inverse, bool clamp, bool half_up) {                               \
+  TFOPS_ALWAYS_INLINE void NAME##Body(const T* x, T* y, int64_t n, const T* lo, const T* hi, const T* scale, \
+                                      const T* inverse, bool clamp, bool half_up) {                         \
     if (clamp) {                                                                                            \
       if (half_up) QdqRowLoop<T, true, true>(x, y, n, lo, hi, scale, inverse);                              \
       else QdqRowLoop<T, true, false>(x, y, n, lo, hi, scale, inverse);                                     \
@@ -71,7 +74,10 @@ inline void QdqRowLoop(const T* __restrict x, T* __restrict y, int64_t n, const 
       if (half_up) QdqRowLoop<T, false, true>(x, y, n, lo, hi, scale, inverse);                             \
       else QdqRowLoop<T, false, false>(x, y, n, lo, hi, scale, inverse);                                    \
     }                                                                                                       \
-  }
+  }                                                                                                         \
+  TFOPS_ISA_VARIANTS(NAME, (const T* x, T* y, int64_t n, const T* lo, const T* hi, const T* scale,             \
+                            const T* inverse, bool clamp, bool half_up),                                      \
+                     (x, y, n, lo, hi, scale, inverse, clamp, half_up), NAME##Body)
 TFOPS_QDQ_ROW(QdqRowFloat, float)
 TFOPS_QDQ_ROW(QdqRowDouble, double)
 #undef TFOPS_QDQ_ROW

@@ -1,10 +1,12 @@
 // The library's exported symbols: RegisterCustomOps adds the domain ai.onnx.converters.tensorflow,
 // holding every op registered by the *_ops.cc files, to a session; TfOpsCudaKernelCount says how many
-// of those kernels are for the CUDA execution provider (0 in a CPU-only build).
+// of those kernels are for the CUDA execution provider (0 in a CPU-only build); TfOpsCpuIsa names
+// the vector ISA the CPU kernels run with (kernels/simd.h).
 #include <cstring>
 #include <mutex>
 #include <string>
 
+#include "kernels/simd.h"
 #include "ort/op_base.h"
 
 namespace {
@@ -59,4 +61,10 @@ extern "C" __attribute__((visibility("default"))) int TfOpsCudaKernelCount(void)
     if (std::strcmp(op->GetExecutionProviderType(op), "CUDAExecutionProvider") == 0) ++count;
   }
   return count;
+}
+
+// Needs no ORT: ort_ops.library.cpu_isa() calls it through ctypes. "avx512", "avx2" or "sse2"
+// (TFOPS_ISA caps it), "baseline" in a build without ISA dispatch.
+extern "C" __attribute__((visibility("default"))) const char* TfOpsCpuIsa(void) {
+  return tfops::IsaName(tfops::ActiveIsa());
 }
