@@ -34,11 +34,7 @@ constexpr i64 kLanes = 8;   // one AVX2 register of floats (two SSE2 registers i
 constexpr i64 kBlock = 32;  // output columns per step of the main loop: four independent sums per tap
 typedef float Vec __attribute__((vector_size(kLanes * sizeof(float))));
 
-// Helpers of the cloned loop are forced inline: GCC does not inline a default-target function into
-// a target clone, and an out-of-line call returning a vector would go through memory.
-#define TFOPS_ALWAYS_INLINE inline __attribute__((always_inline))
-
-TFOPS_ALWAYS_INLINE Vec Load(const float* p) {
+TFOPS_ALWAYS_INLINE Vec Load(const float* p) {  // always inline: each ISA copy gets its own
   Vec v;
   std::memcpy(&v, p, sizeof v);
   return v;
@@ -69,7 +65,7 @@ void PadShape(const Geometry& g, PaddedPlane* p) {
 // Copies plane `src` (in_rows x in_cols) into the buffer, deinterleaved into phases. Only the input's
 // own positions are written, always the same ones, so the padding stays zero from PadShape for every
 // plane a task copies.
-TFOPS_VECTOR_CLONES void FillPlane(const Geometry& g, const float* src, PaddedPlane* p) {
+TFOPS_ALWAYS_INLINE void FillPlaneBody(const Geometry& g, const float* src, PaddedPlane* p) {
   const i64 S = p->stride;
   for (i64 r = 0; r < g.in_rows; ++r) {
     const float* in = src + r * g.in_cols;
@@ -102,8 +98,8 @@ TFOPS_VECTOR_CLONES void FillPlane(const Geometry& g, const float* src, PaddedPl
 // value and the buffer offset (for output position (0, 0)) of tap t, in (filter row, filter column)
 // order. Four independent sums per tap in each step: 32 columns of one row, then, for the columns
 // left over, one vector in each of four rows.
-TFOPS_VECTOR_CLONES void PlaneOutput(const Geometry& g, const PaddedPlane& p, const float* taps, const i64* offsets,
-                                     i64 n_taps, float* out) {
+TFOPS_ALWAYS_INLINE void PlaneOutputBody(const Geometry& g, const PaddedPlane& p, const float* taps,
+                                         const i64* offsets, i64 n_taps, float* out) {
   const i64 row_step = g.stride * p.stride * p.phase_len;  // output row i reads from padded row i * stride
   const i64 cols = g.out_cols, full = cols / kBlock * kBlock;
   const float* data = p.data.data();
@@ -153,6 +149,14 @@ TFOPS_VECTOR_CLONES void PlaneOutput(const Geometry& g, const PaddedPlane& p, co
     }
   }
 }
+
+// A copy of each loop per vector ISA (simd.h); the vectors above are 8 lanes in every copy (two SSE2
+// registers, one AVX2 or AVX-512VL register).
+TFOPS_ISA_VARIANTS(FillPlane, (const Geometry& g, const float* src, PaddedPlane* p), (g, src, p), FillPlaneBody)
+TFOPS_ISA_VARIANTS(PlaneOutput,
+                   (const Geometry& g, const PaddedPlane& p, const float* taps, const i64* offsets, i64 n_taps,
+                    float* out),
+                   (g, p, taps, offsets, n_taps, out), PlaneOutputBody)
 
 bool AllFinite(const float* v, i64 n) {
   for (i64 i = 0; i < n; ++i)
