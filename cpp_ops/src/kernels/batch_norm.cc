@@ -379,6 +379,52 @@ void ElementwiseUnary(const Layout& l, const T* in, T* out, const F& fn, const P
   }
 }
 
+// y = (x - mean[c]) * k[c] + offset[c] for float x, with a copy per vector ISA (the generic loops above
+// run only the baseline copy): channels-first planes [q0, q1) of P elements, or channels-last rows
+// [q0, q1) of C elements. The same IEEE operations as Normalize, so every copy gives the same bits.
+TFOPS_ALWAYS_INLINE void NormalizePlanesBody(const float* x, float* y, i64 q0, i64 q1, i64 C, i64 P, const float* m,
+                                             const float* k, const float* off) {
+  for (i64 q = q0; q < q1; ++q) {
+    const i64 c = q % C;
+    const float mc = m[c], kc = k[c], oc = off[c];
+    const float* __restrict in = x + q * P;
+    float* __restrict out = y + q * P;
+    for (i64 p = 0; p < P; ++p) out[p] = Normalize(in[p], mc, kc, oc);
+  }
+}
+TFOPS_ALWAYS_INLINE void NormalizeRowsBody(const float* x, float* y, i64 r0, i64 r1, i64 C, const float* m,
+                                           const float* k, const float* off) {
+  for (i64 r = r0; r < r1; ++r) {
+    const float* __restrict in = x + r * C;
+    float* __restrict out = y + r * C;
+    for (i64 c = 0; c < C; ++c) out[c] = Normalize(in[c], m[c], k[c], off[c]);
+  }
+}
+TFOPS_ISA_VARIANTS(NormalizePlanes,
+                   (const float* x, float* y, i64 q0, i64 q1, i64 C, i64 P, const float* m, const float* k,
+                    const float* off),
+                   (x, y, q0, q1, C, P, m, k, off), NormalizePlanesBody)
+TFOPS_ISA_VARIANTS(NormalizeRows,
+                   (const float* x, float* y, i64 r0, i64 r1, i64 C, const float* m, const float* k, const float* off),
+                   (x, y, r0, r1, C, m, k, off), NormalizeRowsBody)
+
+// y = Normalize(x, mean[c], k[c], offset[c]) over x's layout.
+template <typename T>
+void NormalizeAll(const Layout& l, const T* x, T* y, const float* m, const float* k, const float* off,
+                  const Parallel& par) {
+  const i64 C = l.channels, P = l.inner;
+  if constexpr (std::is_same<T, float>::value) {
+    if (P == 1)
+      par.ForRange(l.rows(), std::max<i64>(1, 8192 / std::max<i64>(C, 1)),
+                   [&](i64 b, i64 e) { NormalizeRows(x, y, b, e, C, m, k, off); });
+    else
+      par.ForRange(l.outer * C, std::max<i64>(1, 8192 / std::max<i64>(P, 1)),
+                   [&](i64 b, i64 e) { NormalizePlanes(x, y, b, e, C, P, m, k, off); });
+  } else {
+    ElementwiseUnary(l, x, y, [&](i64 c, float v) { return Normalize(v, m[c], k[c], off[c]); }, par);
+  }
+}
+
 template <typename T, typename F>
 void ElementwiseBinary(const Layout& l, const T* a, const T* b_in, T* out, const F& fn, const Parallel& par) {
   const i64 C = l.channels, P = l.inner;
@@ -468,7 +514,7 @@ void Forward(const Layout& l, const T* x, const float* scale, const float* offse
   if (!is_training) {
     for (i64 c = 0; c < C; ++c) k[c] = ScaleFactor(variance[c], eps, scale[c]);
     const float* m = mean;
-    ElementwiseUnary(l, x, y, [&](i64 c, float v) { return Normalize(v, m[c], k[c], offset[c]); }, par);
+    NormalizeAll(l, x, y, m, k.data(), offset, par);
     for (i64 c = 0; c < C; ++c) {
       batch_mean[c] = rs1[c] = mean[c];
       batch_variance[c] = rs2[c] = variance[c];
@@ -498,7 +544,7 @@ void Forward(const Layout& l, const T* x, const float* scale, const float* offse
     }
   });
   const float* mu = bm.data();
-  ElementwiseUnary(l, x, y, [&](i64 c, float v) { return Normalize(v, mu[c], k[c], offset[c]); }, par);
+  NormalizeAll(l, x, y, mu, k.data(), offset, par);
   const float bessel = BesselFactor(R);
   if (f == 1.0f) {
     for (i64 c = 0; c < C; ++c) {
