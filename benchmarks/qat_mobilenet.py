@@ -140,13 +140,16 @@ def session(model, providers, threads):
 
 
 def timed_rounds(runners: dict, repeat: int) -> dict:
-    """Median seconds per call of each runner, calls interleaved round by round after two warm-ups."""
+    """Median seconds per call of each runner, calls interleaved round by round after two warm-ups. A pause
+    before each call lets the previous runtime's spinning worker threads go idle (TF's and ORT's thread
+    pools spin after a call; on 2 cores they would take the next runtime's CPU)."""
     for fn in runners.values():
         fn()
         fn()
     times = {k: [] for k in runners}
     for _ in range(repeat):
         for k, fn in runners.items():
+            time.sleep(0.05)
             t = time.perf_counter()
             fn()
             times[k].append(time.perf_counter() - t)
