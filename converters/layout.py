@@ -74,6 +74,12 @@ def _layout_optimizer_class():
                 "DepthwiseConv2dNative": self._domain_depthwise,
                 "DepthwiseConv2dNativeBackpropInput": self._domain_depthwise_backprop_input,
                 "DepthwiseConv2dNativeBackpropFilter": self._domain_depthwise_backprop_filter,
+                "FakeQuantWithMinMaxArgsGradient": self._domain_gradient,
+                "FakeQuantWithMinMaxVarsGradient": self._domain_gradient,
+                "QuantizeAndDequantizeV4Grad": self._domain_gradient,
+                "FusedBatchNormGrad": self._domain_gradient,
+                "FusedBatchNormGradV2": self._domain_gradient,
+                "FusedBatchNormGradV3": self._domain_gradient,
             }
             for op, handler in domain.items():
                 self._handler_map[op] = (lambda h: lambda trans, node: node.domain == DOMAIN and h(trans, node))(handler)
@@ -257,6 +263,55 @@ def _layout_optimizer_class():
                     changed = moved = True
             if moved:
                 g.topological_sort(g.get_nodes())
+
+        def _domain_gradient(self, trans, node):
+            """A gradient whose summed outputs nobody reads (a saliency map needs only dx) is element-wise
+            in its first two inputs (the incoming gradient and the forward input): both arrive through
+            Transposes of one perm, which move behind dx. FakeQuantWithMinMaxArgsGradient has no sum;
+            QuantizeAndDequantizeV4Grad's range is given, its axis moves; an inference-mode batch-norm
+            gradient (dx = dy * k per channel) takes data_format NCHW. Read sums keep the layout: a sum
+            in another order rounds differently."""
+            g = self._g
+            perm = trans.get_attr_value("perm")
+            if perm != NCHW_TO_NHWC or trans.output[0] not in node.input[:2]:
+                return False
+            if any(g.find_output_consumers(o) or o in g.outputs for o in node.output[1:]):
+                return False
+            fmt = None
+            if node.type.startswith("FusedBatchNormGrad"):
+                fmt = self._flipped_format(trans, node)
+                if fmt is None or node.get_attr_value("is_training", 1):
+                    return False
+            # An input that does not arrive through such a Transpose gets a cancelling pair (as tf2onnx does
+            # for Add and Mul): its NHWC->NCHW half then moves up the graph or stays, one copy for the two
+            # this rewrite saves.
+            for index in (0, 1):
+                p = node.inputs[index]
+                if p is None or p.type != "Transpose" or p.get_attr_value("perm") != perm:
+                    to_nchw = g.make_node("Transpose", [node.input[index]], attr={"perm": _inverse(perm)})
+                    to_nhwc = g.make_node("Transpose", [to_nchw.output[0]], attr={"perm": perm})
+                    g.replace_input(node, node.input[index], to_nhwc.output[0], index)
+            sources = [node.inputs[0], node.inputs[1]]
+            for index, producer in enumerate(sources):
+                g.replace_input(node, node.input[index], producer.input[0], index)
+            for producer in {p.name: p for p in sources}.values():
+                if not g.find_output_consumers(producer.output[0]) and producer.output[0] not in g.outputs:
+                    g.remove_node(producer.name)
+            dx = node.output[0]
+            consumers = g.find_output_consumers(dx)
+            back = g.make_node("Transpose", [dx], attr={"perm": perm})
+            g.replace_all_inputs(dx, back.output[0], ops=consumers)
+            shape = g.get_shape(dx)
+            if shape:
+                g.set_shape(back.output[0], shape)
+                g.set_shape(dx, [shape[i] for i in _inverse(perm)])
+            g.set_dtype(back.output[0], g.get_dtype(dx))
+            if fmt is not None:
+                node.set_attr("data_format", fmt)
+            axis = node.get_attr_value("axis", -1) if node.type == "QuantizeAndDequantizeV4Grad" else -1
+            if axis != -1:
+                node.set_attr("axis", perm[axis if axis >= 0 else axis + len(perm)])
+            return True
 
     return LayoutOptimizer
 

@@ -223,3 +223,32 @@ def test_depthwise_gradients_take_the_convolutions_layout():
     x = np.random.default_rng(4).normal(size=(2, 9, 9, 3)).astype(np.float32)
     report = converters.verify(model, fn, inputs=[x], print_table=False)
     assert report.ok, report.table()
+
+
+def test_saliency_gradients_take_the_convolutions_layout():
+    """Only dx is read: the fake-quant and inference batch-norm gradients act element-wise and take the layout."""
+    rng = np.random.default_rng(6)
+    w0 = tf.constant(rng.normal(size=(3, 3, 3, 4)).astype(np.float32))
+    w1 = tf.constant(rng.normal(size=(1, 1, 4, 2)).astype(np.float32))
+    scale, offset = tf.constant(rng.uniform(0.5, 1.5, 4).astype(np.float32)), tf.constant(rng.normal(size=4).astype(np.float32))
+    mean, var = tf.constant(rng.normal(0, 0.2, 4).astype(np.float32)), tf.constant(rng.uniform(0.5, 2, 4).astype(np.float32))
+
+    def body(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = tf.nn.conv2d(x, w0, 1, "SAME")
+            y = tf.raw_ops.FusedBatchNormV3(x=y, scale=scale, offset=offset, mean=mean, variance=var, is_training=False)[0]
+            y = tf.quantization.fake_quant_with_min_max_vars(tf.nn.relu6(y), tf.constant(-0.5), tf.constant(5.5))
+            score = tf.reduce_sum(tf.nn.conv2d(y, w1, 1, "SAME") ** 2)
+        return tape.gradient(score, x)
+
+    signature = [tf.TensorSpec((2, 8, 8, 3), tf.float32)]
+    fn = tf.function(body, input_signature=signature)
+    model = converters.from_function(fn, signature)
+    grads = {n.op_type: n for n in model.graph.node if n.domain == DOMAIN and "Grad" in n.op_type}
+    assert set(grads) == {"FusedBatchNormGradV3", "FakeQuantWithMinMaxVarsGradient"}
+    assert attr(grads["FusedBatchNormGradV3"], "data_format") == b"NCHW"
+    assert not transposes_next_to_domain(model)
+    x = rng.normal(size=(2, 8, 8, 3)).astype(np.float32)
+    report = converters.verify(model, fn, inputs=[x], print_table=False)
+    assert report.ok, report.table()
