@@ -6,15 +6,17 @@ the cost of tf2onnx's optimizer grew with the graph times something else that gr
 * ``Graph.delete_unused_nodes`` runs after every optimizer (and inside some). It walks back from each
   graph output separately, with a fresh visited set per output, so its cost is outputs x nodes. A
   training step has an output per gradient and per updated variable (about 500 for MobileNetV2), and
-  this walk was 85% of the conversion time of a synthetic training step of 32 blocks. ``LinearGraph`` walks once from all
-  outputs with one visited set. It keeps the same nodes; they keep their current relative order
+  this walk was 85% of the conversion time of a synthetic training step of 32 blocks. ``LinearGraph``
+  walks once from all outputs with one visited set. It keeps the same nodes; they keep their current relative order
   (tf2onnx's keeps them in the iteration order of a set of objects, which follows memory addresses).
 
 * The transpose optimizer (here converters.layout's LayoutOptimizer) goes back to the first node after
   every Transpose it moves or removes, so its cost is nodes x moves, and the moves grow with the
   number of convolutions. ``linear_layout_optimizer_class`` goes on from the next node instead, and
   scans again only while a pass changed something: the same moves, each tried on the graph as it is,
-  until a whole pass finds nothing left to do (the same fixed point as the restarting loop).
+  until a whole pass finds nothing left to do. The order of the moves differs, so the result is not the
+  same by construction; it was the same graph (node types and counts, ORT outputs) on every model
+  compared (tests/test_linear_cost.py, the MobileNetV2 inference and training-step conversions).
 
 * The identity optimizer hands the whole node list to ``replace_all_inputs`` for every Identity it
   removes (identities x nodes; a training step has one Identity per output). ``LinearOptimizingGraph``
