@@ -18,6 +18,7 @@ from converters.family import FAMILY_OPS, shield_family_nodes, shielded_type
 from converters.gradients import gradient_handlers, shield_gradient_nodes
 from converters.fusions import fold_batch_norm_class, pad_into_depthwise_class
 from converters.layout import optimizers as layout_optimizers
+from converters.linear_cost import linear_graph, linear_layout_optimizer_class
 from converters.lowering_custom import lower_to_custom_node
 from converters.verification import EXACT_OUTPUTS_KEY, quantization_outputs
 from ort_ops.model import IR_VERSION
@@ -83,21 +84,27 @@ def _optimize(g, fold_batch_norm: bool = False):
     optimizer's time, and their cost grows with the graph times the rounds. Here the graph is copied
     once and optimized in place (the same optimizers in the same order, so the same result); only if
     an optimizer raises does the copy go through tf2onnx's careful mode.
+
+    converters.linear_cost makes the clean-up after each optimizer, the identity optimizer and the
+    layout optimizer's loop linear in the graph (they grew with nodes x outputs or nodes x moves).
     """
     import copy
 
     from tf2onnx import optimizer
 
     passes = layout_optimizers()
+    passes["optimize_transpose"] = linear_layout_optimizer_class(passes["optimize_transpose"])
     passes["pad_into_depthwise"] = pad_into_depthwise_class()
     if fold_batch_norm:
         passes["fold_batch_norm"] = fold_batch_norm_class()
     backup = copy.deepcopy(g)
     try:
-        return optimizer.optimize_graph(g, catch_errors=False, optimizers=passes)
+        with linear_graph(g, optimizing=True):
+            return optimizer.optimize_graph(g, catch_errors=False, optimizers=passes)
     except Exception:  # an optimizer failed: start again from the copy, skipping what fails
         logger.warning("a tf2onnx optimizer failed; optimizing again with tf2onnx's per-optimizer recovery", exc_info=True)
-        return optimizer.optimize_graph(backup, catch_errors=True, optimizers=passes)
+        with linear_graph(backup, optimizing=True):
+            return optimizer.optimize_graph(backup, catch_errors=True, optimizers=passes)
 
 
 def convert_frozen_graph(
@@ -140,13 +147,17 @@ def convert_frozen_graph(
             shield_family_nodes(g)
             shield_gradient_nodes(g)
         exact_outputs = quantization_outputs(tf_graph, output_names, tensors_to_rename)
-        g = process_graphs(
-            main_g, subgraphs, handlers, [], [], True, None, initialized_tables, tensors_to_rename
-        )
-        if failures:
-            raise failures[0]
-        g = _optimize(g, fold_batch_norm)
-        model = g.make_model(f"converted from {name} by converters (tf2onnx, lowering={lowering})")
+        # tf2onnx's rewriters and make_graph clean the graph up with delete_unused_nodes too, at a cost of
+        # outputs x nodes (converters.linear_cost).
+        with linear_graph(main_g, *subgraphs):
+            g = process_graphs(
+                main_g, subgraphs, handlers, [], [], True, None, initialized_tables, tensors_to_rename
+            )
+            if failures:
+                raise failures[0]
+            with linear_graph(g):
+                g = _optimize(g, fold_batch_norm)
+                model = g.make_model(f"converted from {name} by converters (tf2onnx, lowering={lowering})")
 
     # tf2onnx stamps the IR version it associates with the opset; ONNX Runtime needs ours.
     model.ir_version = IR_VERSION
