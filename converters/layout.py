@@ -39,7 +39,7 @@ NCHW_TO_NHWC = [0, 2, 3, 1]
 # NCHW->NHWC Transposes are pushed down through the domain's nodes: the direction tf2onnx pushes them
 # for its NCHW convolutions, until they cancel against the next convolution's NHWC->NCHW Transpose.
 _FLIPPED_FORMAT = {("NHWC", tuple(NCHW_TO_NHWC)): "NCHW"}
-_MAX_SWEEPS = 10000  # a bound that no real graph reaches (each sweep moves Transposes at least one node on)
+SWEEPS = True  # False: tf2onnx's own loop (the tests compare the two)
 _ELEMENTWISE_DOMAIN = ("FakeQuantWithMinMaxArgs", "FakeQuantWithMinMaxVars", "QuantizeAndDequantizeV2",
                        "QuantizeAndDequantizeV3", "QuantizeAndDequantizeV4")
 
@@ -85,33 +85,38 @@ def _layout_optimizer_class():
                 self._handler_map[op] = (lambda h: lambda trans, node: node.domain == DOMAIN and h(trans, node))(handler)
 
         def _optimize_at_current_graph_level(self, graph):
-            """tf2onnx's loop in sweeps over the nodes. tf2onnx starts again from the first node after every
-            change and so tries every Transpose that could not move once per change: quadratic, 170 s of
-            the 200 s it took to convert the quantized MobileNetV2 saliency graph. Here one sweep applies
-            every rewrite it can in node order, and sweeps repeat until one changes nothing; the same
-            rewrites run, each on a graph where it applies."""
-            from tf2onnx.optimizer.transpose_optimizer import is_transpose, is_useless_transpose
-
+            """tf2onnx's loop, without its restarts. tf2onnx goes back to the first node after every change
+            and so tries every Transpose that could not move once per change: nodes x moves, 170 s of the
+            200 s the quantized MobileNetV2 saliency graph took to convert. Here a pass visits the nodes in
+            graph order and then the nodes its own moves create, in the order they are created, and passes
+            repeat until one changes nothing: the same moves, each tried on the graph as it is then. The
+            order of the moves differs, so the result is the same graph by test, not by construction
+            (tests/test_linear_cost.py compares both loops)."""
+            if not SWEEPS:
+                return super()._optimize_at_current_graph_level(graph)
             self._g = graph
             self.pre_optimize_action()
-            for _ in range(_MAX_SWEEPS):
+            changed = True
+            while changed:
                 changed = False
                 self._force_stop = {}
-                for n in list(graph.get_nodes()):
+                work = list(graph.get_nodes())
+                known = {id(n) for n in work}
+                i = 0
+                while i < len(work):
+                    n = work[i]
+                    i += 1
                     if graph.get_node_by_name(n.name) is not n:
-                        continue  # removed by an earlier rewrite of this sweep
-                    if is_transpose(n):
-                        handled = self._handle_nhwc_tranpose(n)
-                        # A Transpose with several consumers is split into one per consumer and reported
-                        # as not handled: the graph changed all the same.
-                        if handled or graph.get_node_by_name(n.name) is not n:
+                        continue  # removed by an earlier move
+                    if n.type == "Transpose" and n.get_attr("perm"):
+                        if self._handle_nhwc_tranpose(n):
                             changed = True
-                            self.graph_been_opt = self.graph_been_opt or handled
-                            continue
-                    if is_useless_transpose(n):
-                        self._remove_useless_tranpose(n)
-                        changed = True
-                if not changed:
+                            self.graph_been_opt = True
+                        elif graph.get_node_by_name(n.name) is n and _keeps_every_axis(n):
+                            changed = True
+                            self._remove_useless_tranpose(n)
+                        _take_new_nodes(graph, work, known)
+                if self._force_stop.get("stop") == 1:
                     break
             self.merge_duplicated_transposes()
             self.post_optimize_action()
@@ -314,6 +319,24 @@ def _layout_optimizer_class():
             return True
 
     return LayoutOptimizer
+
+
+def _take_new_nodes(graph, work, known):
+    """Append to ``work`` the nodes created since ``known`` was filled: make_node appends, so they are the
+    tail of the node list after the last known node (cost: the new nodes, not the graph)."""
+    nodes = graph.get_nodes()
+    j = len(nodes)
+    while j > 0 and id(nodes[j - 1]) not in known:
+        j -= 1
+    for n in nodes[j:]:
+        known.add(id(n))
+        work.append(n)
+
+
+def _keeps_every_axis(node) -> bool:
+    """A Transpose whose perm leaves every axis in place (tf2onnx's loop removes it as useless)."""
+    perm = node.get_attr_value("perm")
+    return node.type == "Transpose" and bool(perm) and list(perm) == list(range(len(perm)))
 
 
 def _inverse(perm):

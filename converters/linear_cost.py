@@ -10,13 +10,8 @@ the cost of tf2onnx's optimizer grew with the graph times something else that gr
   walks once from all outputs with one visited set. It keeps the same nodes; they keep their current relative order
   (tf2onnx's keeps them in the iteration order of a set of objects, which follows memory addresses).
 
-* The transpose optimizer (here converters.layout's LayoutOptimizer) goes back to the first node after
-  every Transpose it moves or removes, so its cost is nodes x moves, and the moves grow with the
-  number of convolutions. ``linear_layout_optimizer_class`` goes on from the next node instead, and
-  scans again only while a pass changed something: the same moves, each tried on the graph as it is,
-  until a whole pass finds nothing left to do. The order of the moves differs, so the result is not the
-  same by construction; it was the same graph (node types and counts, ORT outputs) on every model
-  compared (tests/test_linear_cost.py, the MobileNetV2 inference and training-step conversions).
+* The transpose optimizer went back to the first node after every Transpose it moved (nodes x moves);
+  converters.layout's LayoutOptimizer has a loop without the restarts.
 
 * The identity optimizer hands the whole node list to ``replace_all_inputs`` for every Identity it
   removes (identities x nodes; a training step has one Identity per output). ``LinearOptimizingGraph``
@@ -24,8 +19,8 @@ the cost of tf2onnx's optimizer grew with the graph times something else that gr
   without ``ops``.
 
 These apply to our conversion only: converters.pipeline gives the graph ``LinearGraph`` as its class
-from parsing to ``make_model`` (tf2onnx's rewriters and make_graph clean up too),
-``LinearOptimizingGraph`` while it optimizes, and the layout optimizer is an entry of our list.
+from parsing to ``make_model`` (tf2onnx's rewriters and make_graph clean up too), and
+``LinearOptimizingGraph`` while it optimizes.
 """
 from __future__ import annotations
 
@@ -131,62 +126,3 @@ def linear_graph(*graphs, optimizing=False):
     finally:
         for g, cls in changed:
             g.__class__ = cls
-
-
-def linear_layout_optimizer_class(base):
-    """``base`` (a TransposeOptimizer subclass) with a node loop that does not restart after each change."""
-
-    class LinearLayoutOptimizer(base):
-        def _optimize_at_current_graph_level(self, graph):
-            self._g = graph
-            self.pre_optimize_action()
-            changed = True
-            while changed:
-                changed = False
-                self._force_stop = {}
-                # This pass visits the nodes in graph order and then the nodes its moves create, in the
-                # order they are created (make_node appends them), as tf2onnx's loop over the live list.
-                work = list(graph.get_nodes())
-                known = {id(n) for n in work}
-                i = 0
-                while i < len(work):
-                    n = work[i]
-                    i += 1
-                    # An earlier move may have removed n.
-                    if graph.get_node_by_name(n.name) is not n:
-                        continue
-                    if n.type == "Transpose" and n.get_attr("perm"):
-                        if self._handle_nhwc_tranpose(n):
-                            changed = True
-                            self.graph_been_opt = True
-                        elif graph.get_node_by_name(n.name) is n and _is_useless_transpose(n):
-                            changed = True
-                            self._remove_useless_tranpose(n)
-                        _take_new_nodes(graph, work, known)
-                if self._force_stop.get("stop") == 1:
-                    break
-            self.merge_duplicated_transposes()
-            self.post_optimize_action()
-            return self._g
-
-    LinearLayoutOptimizer.__name__ = base.__name__
-    LinearLayoutOptimizer.__qualname__ = base.__qualname__
-    return LinearLayoutOptimizer
-
-
-def _take_new_nodes(graph, work, known):
-    """Append to ``work`` the nodes created since ``known`` was filled: make_node appends, so they are
-    the tail of the node list after the last known node (cost: the new nodes, not the graph)."""
-    nodes = graph.get_nodes()
-    j = len(nodes)
-    while j > 0 and id(nodes[j - 1]) not in known:
-        j -= 1
-    for n in nodes[j:]:
-        known.add(id(n))
-        work.append(n)
-
-
-def _is_useless_transpose(node):
-    # A Transpose whose perm keeps every axis in place (what tf2onnx's loop removes as useless).
-    perm = node.get_attr_value("perm")
-    return node.type == "Transpose" and bool(perm) and list(perm) == list(range(len(perm)))

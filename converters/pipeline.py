@@ -18,7 +18,7 @@ from converters.family import FAMILY_OPS, shield_family_nodes, shielded_type
 from converters.gradients import gradient_handlers, shield_gradient_nodes
 from converters.fusions import fold_batch_norm_class, pad_into_depthwise_class
 from converters.layout import optimizers as layout_optimizers
-from converters.linear_cost import linear_graph, linear_layout_optimizer_class
+from converters.linear_cost import linear_graph
 from converters.lowering_custom import lower_to_custom_node
 from converters.verification import EXACT_OUTPUTS_KEY, quantization_outputs
 from ort_ops.model import IR_VERSION
@@ -93,7 +93,6 @@ def _optimize(g, fold_batch_norm: bool = False):
     from tf2onnx import optimizer
 
     passes = layout_optimizers()
-    passes["optimize_transpose"] = linear_layout_optimizer_class(passes["optimize_transpose"])
     passes["pad_into_depthwise"] = pad_into_depthwise_class()
     if fold_batch_norm:
         passes["fold_batch_norm"] = fold_batch_norm_class()

@@ -16,6 +16,7 @@ import pytest
 import tensorflow as tf
 
 import converters
+import converters.layout as layout
 import converters.pipeline as pipeline
 from benchmarks.conversion_time import make_chain
 from converters.verification import run_onnx
@@ -32,7 +33,7 @@ def _two_ways(monkeypatch, fn, signature, **kw):
     linear = converters.from_function(fn, signature, **kw)
     with monkeypatch.context() as m:
         m.setattr(pipeline, "linear_graph", _untouched)
-        m.setattr(pipeline, "linear_layout_optimizer_class", lambda base: base)
+        m.setattr(layout, "SWEEPS", False)
         original = converters.from_function(fn, signature, **kw)
     return linear, original
 
