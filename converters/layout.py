@@ -22,14 +22,13 @@ stops the push, which costs two full copies of the tensor per node (issue 12).
     layout with the same per-element order, so the bits do not change);
 * the standard element-wise ops tf2onnx has no handler for (Floor, Round, Div, Where, comparisons ...).
 
-Gradients whose outputs are sums over the tensor (FakeQuant*Gradient, QuantizeAndDequantizeV4Grad,
-FusedBatchNormGrad*) keep their layout: a different order of the same sum changes its last bits.
+Gradients whose outputs include sums over the tensor (FakeQuant*Gradient, QuantizeAndDequantizeV4Grad,
+FusedBatchNormGrad*) take the layout only when no node reads those sums (a saliency map reads only dx):
+a different order of the same sum changes its last bits.
 """
 from __future__ import annotations
 
 from collections import OrderedDict
-
-import numpy as np
 
 from ort_ops.schemas import DOMAIN
 

@@ -43,6 +43,8 @@ SOURCES = [
     ROOT / "cpp_ops/src/kernels/cuda/batch_norm.h",
     ROOT / "cpp_ops/src/kernels/batch_norm.h",
     ROOT / "cpp_ops/src/kernels/batch_norm.cc",
+    ROOT / "cpp_ops/src/kernels/simd.h",
+    ROOT / "cpp_ops/src/kernels/simd.cc",
     ROOT / "cpp_ops/src/kernels/device.h",
     ROOT / "cpp_ops/src/kernels/half.h",
 ]
@@ -70,7 +72,8 @@ def build_library() -> Path:
     (out / "kernels" / "cuda" / "common.cuh").write_text(emulated_source(COMMON.read_text())[0])
     tmp = out / f"libbnemu.tmp{hashlib.sha256(str(out).encode()).hexdigest()[:6]}.so"
     subprocess.run(["g++", f"-I{out}", f"-I{HERE}", *HOST_FLAGS, "-shared", str(HERE / "batch_norm.cc"),
-                    str(ROOT / "cpp_ops/src/kernels/batch_norm.cc"), "-o", str(tmp), "-lpthread"], check=True)
+                    str(ROOT / "cpp_ops/src/kernels/batch_norm.cc"), str(ROOT / "cpp_ops/src/kernels/simd.cc"), "-o",
+                    str(tmp), "-lpthread"], check=True)
     tmp.replace(lib)
     return lib
 

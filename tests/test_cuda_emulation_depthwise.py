@@ -45,6 +45,9 @@ SOURCES = [
     ROOT / "cpp_ops/src/kernels/cuda/common.cuh",
     ROOT / "cpp_ops/src/kernels/depthwise.h",
     ROOT / "cpp_ops/src/kernels/depthwise.cc",
+    ROOT / "cpp_ops/src/kernels/depthwise_nchw.cc",
+    ROOT / "cpp_ops/src/kernels/simd.h",
+    ROOT / "cpp_ops/src/kernels/simd.cc",
     ROOT / "cpp_ops/src/kernels/device.h",
     ROOT / "cpp_ops/src/kernels/half.h",
 ]
@@ -59,12 +62,15 @@ def build_library() -> Path:
     out.mkdir(parents=True, exist_ok=True)
     inc = str(ROOT / "cpp_ops/src")
     host = ["-O2", "-std=c++17", "-fPIC", "-ffp-contract=off", "-fno-fast-math", f"-I{inc}"]
-    subprocess.run(["g++", *host, "-c", str(ROOT / "cpp_ops/src/kernels/depthwise.cc"), "-o", str(out / "cpu.o")],
-                   check=True)
+    cpu_objects = []
+    for name in ("depthwise", "depthwise_nchw", "simd"):  # the CPU kernels with their NCHW path and ISA choice
+        cpu_objects.append(str(out / f"{name}.o"))
+        subprocess.run(["g++", *host, "-c", str(ROOT / f"cpp_ops/src/kernels/{name}.cc"), "-o", cpu_objects[-1]],
+                       check=True)
     subprocess.run([nvcc, "-std=c++17", "-O2", "-arch=sm_75", "--fmad=false", "-ftz=true", "-Xcompiler",
                     "-fPIC,-ffp-contract=off,-fno-fast-math", f"-I{inc}", "-c", str(SOURCES[0]), "-o",
                     str(out / "emu.o")], check=True)
-    subprocess.run([nvcc, "-shared", "-o", str(lib), str(out / "emu.o"), str(out / "cpu.o")], check=True)
+    subprocess.run([nvcc, "-shared", "-o", str(lib), str(out / "emu.o"), *cpu_objects], check=True)
     return lib
 
 

@@ -19,7 +19,7 @@ KERNELS = INCLUDE / "kernels"
 def test_fake_quant_cuda_kernels_match_the_cpu_kernels_in_emulation():
     cu = KERNELS / "cuda" / "fake_quant.cu"
     sources = [cu, KERNELS / "cuda" / "fake_quant.h", KERNELS / "fake_quant.cc", KERNELS / "fake_quant.h",
-               KERNELS / "eigen_sum.h", KERNELS / "device.h", KERNELS / "simd.h", KERNELS / "parallel.h",
+               KERNELS / "eigen_sum.h", KERNELS / "device.h", KERNELS / "simd.h", KERNELS / "simd.cc", KERNELS / "parallel.h",
                HERE / "check.cc", HERE / "transform.py", HERE / "fake" / "cuda_runtime.h"]
     out = build_folder("fq_emu", sources)
     exe = out / "check"
@@ -32,8 +32,9 @@ def test_fake_quant_cuda_kernels_match_the_cpu_kernels_in_emulation():
         subprocess.run(["g++", *emu_flags, "-c", str(emu_cc), "-o", str(out / "emu.o")], check=True)
         subprocess.run(["g++", *emu_flags, "-c", str(HERE / "check.cc"), "-o", str(out / "check.o")], check=True)
         subprocess.run(["g++", *cpu_flags, "-c", str(KERNELS / "fake_quant.cc"), "-o", str(out / "cpu.o")], check=True)
-        subprocess.run(["g++", str(out / "check.o"), str(out / "emu.o"), str(out / "cpu.o"), "-o", str(exe),
-                        "-lpthread"], check=True)
+        subprocess.run(["g++", *cpu_flags, "-c", str(KERNELS / "simd.cc"), "-o", str(out / "simd.o")], check=True)
+        subprocess.run(["g++", str(out / "check.o"), str(out / "emu.o"), str(out / "cpu.o"), str(out / "simd.o"), "-o",
+                        str(exe), "-lpthread"], check=True)
     result = subprocess.run([str(exe)], capture_output=True, text=True, timeout=1200)
     summary = [line for line in result.stdout.splitlines() if line.startswith("cases ")]
     assert result.returncode == 0 and summary, result.stdout[-4000:] + result.stderr[-2000:]

@@ -20,7 +20,7 @@ def test_qdq_cuda_arithmetic_and_reductions_match_the_cpu_kernels():
     exe = build_host_program(
         "qdq_emulation",
         ROOT / "tests" / "cuda_emulation" / "qdq.cc",
-        [KERNELS / "quantize_dequantize.cc"],
+        [KERNELS / "quantize_dequantize.cc", KERNELS / "simd.cc"],
         [KERNELS / "quantize_dequantize.h", KERNELS / "qdq_eigen_order.h", KERNELS / "cuda" / "quantize_dequantize.h",
          KERNELS / "simd.h", KERNELS / "device.h", KERNELS / "parallel.h"],
     )
