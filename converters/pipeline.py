@@ -14,13 +14,13 @@ import onnx
 
 from converters.completeness import check_fully_converted
 from converters.errors import ConversionError, LoweringError
+from converters.exact_outputs import EXACT_OUTPUTS_KEY, quantization_outputs
 from converters.family import FAMILY_OPS, shield_family_nodes, shielded_type
 from converters.gradients import gradient_handlers, shield_gradient_nodes
 from converters.fusions import fold_batch_norm_class, pad_into_depthwise_class
 from converters.layout import optimizers as layout_optimizers
 from converters.linear_cost import linear_graph
 from converters.lowering_custom import lower_to_custom_node
-from converters.verification import EXACT_OUTPUTS_KEY, quantization_outputs
 from ort_ops.model import IR_VERSION
 from ort_ops.schemas import DOMAIN, OPSET_VERSION
 from ort_ops.spec import OpError

@@ -17,13 +17,12 @@ from typing import Optional
 import numpy as np
 import onnx
 
+from converters.exact_outputs import producer_type, recorded_exact_outputs
 from converters.family import QUANTIZATION_OPS
 from ort_ops.schemas import DOMAIN
 
 DEFAULT_RTOL = {"float32": 1e-5, "float64": 1e-12, "float16": 1e-3, "bfloat16": 1e-2}
 # Ops that pass their input through unchanged: an output behind them is still the op's output.
-_SUMMED_GRADIENT_OPS = {"FakeQuantWithMinMaxVarsGradient", "FakeQuantWithMinMaxVarsPerChannelGradient"}
-_PASS_THROUGH = {"Identity", "IdentityN", "StopGradient", "Snapshot", "PreventGradient"}
 
 
 @dataclasses.dataclass
@@ -169,41 +168,6 @@ def run_onnx(onnx_model, inputs: dict, threads: Optional[int] = None) -> dict:
     return dict(zip(names, sess.run(names, inputs)))
 
 
-EXACT_OUTPUTS_KEY = "converters.bit_exact_outputs"
-
-
-def recorded_exact_outputs(onnx_model) -> set:
-    """Output names the converter recorded as produced by a quantization op."""
-    for prop in onnx_model.metadata_props:
-        if prop.key == EXACT_OUTPUTS_KEY:
-            return {n for n in prop.value.split(",") if n}
-    return set()
-
-
-def quantization_outputs(tf_graph, output_names, renames=None) -> list:
-    """Those of ``output_names`` (tensor names in ``tf_graph``) produced by a quantization op."""
-    renames = renames or {}
-    return [
-        renames.get(n, n) for n in output_names if _producer_type(tf_graph.get_tensor_by_name(n)) in QUANTIZATION_OPS
-    ]
-
-
-def _producer_type(tensor) -> str:
-    """The op type behind a TF graph tensor, looking through identity-like ops."""
-    op = tensor.op
-    seen = 0
-    while op.type in _PASS_THROUGH and op.inputs and seen < 64:
-        index = tensor.value_index if op.type == "IdentityN" else 0
-        tensor = op.inputs[index]
-        op = tensor.op
-        seen += 1
-    if op.type in _SUMMED_GRADIENT_OPS and tensor.value_index > 0:
-        # backprop_wrt_min/max are sums whose order TF does not fix (it splits them by thread
-        # count), so they are held to the float tolerance rather than bit-exactness.
-        return f"{op.type}:{tensor.value_index}"
-    return op.type
-
-
 def _concrete_function(tf_fn, inputs: dict):
     """A ConcreteFunction for ``tf_fn`` (tf.function, ConcreteFunction or Keras model) at these inputs."""
     import tensorflow as tf
@@ -270,13 +234,13 @@ def verify(
     if isinstance(result, dict):
         keys = tf.nest.flatten({k: k for k in result})
         tf_values = {k: np.asarray(v) for k, v in result.items()}
-        producers = dict(zip(keys, (_producer_type(t) for t in graph_outputs)))
+        producers = dict(zip(keys, (producer_type(t) for t in graph_outputs)))
     else:
         flat_values = [np.asarray(v) for v in tf.nest.flatten(result)]
         if len(flat_values) != len(onnx_names):
             raise ValueError(f"TF returned {len(flat_values)} outputs, the ONNX model has {len(onnx_names)}")
         tf_values = dict(zip(onnx_names, flat_values))
-        producers = dict(zip(onnx_names, (_producer_type(t) for t in graph_outputs)))
+        producers = dict(zip(onnx_names, (producer_type(t) for t in graph_outputs)))
 
     ort_values = run_onnx(onnx_model, inputs, threads)
     # Quantization outputs: those the converter recorded (it traced the frozen graph, which sees

@@ -16,7 +16,8 @@ import pytest
 import tensorflow as tf
 
 import converters
-from converters.verification import EXACT_OUTPUTS_KEY, run_onnx
+from converters.exact_outputs import EXACT_OUTPUTS_KEY
+from converters.verification import run_onnx
 from ort_ops.schemas import DOMAIN
 
 pytestmark = pytest.mark.tensorflow

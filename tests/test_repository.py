@@ -176,3 +176,58 @@ def test_scan_reports_file_and_line_of_a_planted_file(tmp_path):
     (tmp_path / "build").mkdir()
     (tmp_path / "build" / "CMakeCache.txt").write_text(f"CMAKE_HOME_DIRECTORY={plant('^work/main')}\n")  # not tracked
     assert scan(tmp_path) == [f"scripts/run.sh:3: {venv_python}"]
+
+
+# ---------------------------------------------------------------- import cycles
+
+
+def _import_edges(packages=("converters", "ort_ops")) -> dict:
+    """module -> modules of ``packages`` it imports, at module level or inside a function (a lazy import is
+    still a dependency). An import of a package's own parent is not an edge."""
+    import ast
+
+    modules = {}
+    for package in packages:
+        for path in (ROOT / package).rglob("*.py"):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            modules[name] = path
+    edges = {m: set() for m in modules}
+    for module, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            else:
+                continue
+            edges[module] |= {t for t in targets if t in modules and t != module and not module.startswith(t + ".")}
+    return edges
+
+
+def _cycles(edges: dict) -> list:
+    """Every simple cycle, each listed once from its smallest module name."""
+    found = []
+
+    def walk(start, node, path):
+        for nxt in sorted(edges[node]):
+            if nxt == start:
+                found.append(path + [start])
+            elif nxt > start and nxt not in path:
+                walk(start, nxt, path + [nxt])
+
+    for start in sorted(edges):
+        walk(start, start, [start])
+    return found
+
+
+def test_no_import_cycles():
+    """The conversion core must not depend on the QA module that checks it (issue 14's cycle
+    frontends -> pipeline -> verification -> frontends), nor any module on itself through others."""
+    cycles = _cycles(_import_edges())
+    assert not cycles, "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_cycle_finder_finds_a_planted_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
