@@ -131,11 +131,7 @@ def session(model, providers, threads):
     import onnxruntime as ort
     import ort_ops
 
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    if any(imp.domain == ort_ops.schemas.DOMAIN for imp in model.opset_import):
-        so.register_custom_ops_library(ort_ops.library_path())
+    so = ort_ops.session_options(intra_op_num_threads=threads, inter_op_num_threads=1)
     return ort.InferenceSession(model.SerializeToString(), so, providers=providers)
 
 

@@ -144,6 +144,18 @@ def _layout_optimizer_class():
             if pads:
                 node.set_attr("explicit_paddings", [v for p in perm_of_attrs for v in pads[2 * p: 2 * p + 2]])
 
+        def _bypass_transposes(self, node, indices):
+            """Inputs ``indices`` of ``node`` read their Transposes' inputs; a Transpose left unread goes."""
+            g = self._g
+            producers = {}
+            for index in indices:
+                producer = node.inputs[index]
+                producers[producer.name] = producer
+                g.replace_input(node, node.input[index], producer.input[0], index)
+            for producer in producers.values():
+                if not g.find_output_consumers(producer.output[0]) and producer.output[0] not in g.outputs:
+                    g.remove_node(producer.name)
+
         @staticmethod
         def _elementwise(node) -> bool:
             """Whether a domain node computes element by element (per tensor or per given axis)."""
@@ -170,7 +182,7 @@ def _layout_optimizer_class():
             if not self._switch_transpose_and_node(node, trans):
                 return False
             if axis != -1:  # the node now sees the Transpose's input: dim `axis` of its old input is dim perm[axis]
-                node.set_attr("axis", perm[axis if axis >= 0 else axis + len(perm)])
+                node.set_attr("axis", _moved_axis(axis, perm))
             return True
 
         def _domain_batch_norm(self, trans, node):
@@ -212,18 +224,56 @@ def _layout_optimizer_class():
             if fmt is None or trans.output[0] not in (node.input[0], node.input[2]):
                 return False
             perm = trans.get_attr_value("perm")
-            sources = []
             for index in (0, 2):
                 producer = node.inputs[index]
                 if producer is None or producer.type != "Transpose" or producer.get_attr_value("perm") != perm:
                     return False
-                sources.append(producer)
-            for index, producer in zip((0, 2), sources):
-                self._g.replace_input(node, node.input[index], producer.input[0], index)
-            for producer in {p.name: p for p in sources}.values():
-                if not self._g.find_output_consumers(producer.output[0]) and producer.output[0] not in self._g.outputs:
-                    self._g.remove_node(producer.name)
+            self._bypass_transposes(node, (0, 2))
             self._set_format(node, fmt, _inverse(perm))
+            return True
+
+        def _domain_gradient(self, trans, node):
+            """A gradient whose summed outputs nobody reads (a saliency map needs only dx) is element-wise
+            in its first two inputs (the incoming gradient and the forward input): both arrive through
+            Transposes of one perm, which move behind dx. FakeQuantWithMinMaxArgsGradient has no sum;
+            QuantizeAndDequantizeV4Grad's range is given, its axis moves; an inference-mode batch-norm
+            gradient (dx = dy * k per channel) takes data_format NCHW. Read sums keep the layout: a sum
+            in another order rounds differently."""
+            g = self._g
+            perm = trans.get_attr_value("perm")
+            if perm != NCHW_TO_NHWC or trans.output[0] not in node.input[:2]:
+                return False
+            if any(g.find_output_consumers(o) or o in g.outputs for o in node.output[1:]):
+                return False
+            fmt = None
+            if node.type.startswith("FusedBatchNormGrad"):
+                fmt = self._flipped_format(trans, node)
+                if fmt is None or node.get_attr_value("is_training", 1):
+                    return False
+            # An input that does not arrive through such a Transpose gets a cancelling pair (as tf2onnx does
+            # for Add and Mul): its NHWC->NCHW half then moves up the graph or stays, one copy for the two
+            # this rewrite saves.
+            for index in (0, 1):
+                p = node.inputs[index]
+                if p is None or p.type != "Transpose" or p.get_attr_value("perm") != perm:
+                    to_nchw = g.make_node("Transpose", [node.input[index]], attr={"perm": _inverse(perm)})
+                    to_nhwc = g.make_node("Transpose", [to_nchw.output[0]], attr={"perm": perm})
+                    g.replace_input(node, node.input[index], to_nhwc.output[0], index)
+            self._bypass_transposes(node, (0, 1))
+            dx = node.output[0]
+            consumers = g.find_output_consumers(dx)
+            back = g.make_node("Transpose", [dx], attr={"perm": perm})
+            g.replace_all_inputs(dx, back.output[0], ops=consumers)
+            shape = g.get_shape(dx)
+            if shape:
+                g.set_shape(back.output[0], shape)
+                g.set_shape(dx, [shape[i] for i in _inverse(perm)])
+            g.set_dtype(back.output[0], g.get_dtype(dx))
+            if fmt is not None:
+                node.set_attr("data_format", fmt)
+            axis = node.get_attr_value("axis", -1) if node.type == "QuantizeAndDequantizeV4Grad" else -1
+            if axis != -1:
+                node.set_attr("axis", _moved_axis(axis, perm))
             return True
 
         # ----- after the pushes -----
@@ -263,59 +313,10 @@ def _layout_optimizer_class():
                         g.set_shape(q.output[0], [shape[i] for i in perm])
                     axis = q.get_attr_value("axis", -1) if q.type.startswith("QuantizeAndDequantize") else -1
                     if axis != -1:  # q now reads Transpose(x), whose dim inverse(perm)[axis] is x's dim `axis`
-                        q.set_attr("axis", _inverse(perm)[axis if axis >= 0 else axis + len(perm)])
+                        q.set_attr("axis", _moved_axis(axis, _inverse(perm)))
                     changed = moved = True
             if moved:
                 g.topological_sort(g.get_nodes())
-
-        def _domain_gradient(self, trans, node):
-            """A gradient whose summed outputs nobody reads (a saliency map needs only dx) is element-wise
-            in its first two inputs (the incoming gradient and the forward input): both arrive through
-            Transposes of one perm, which move behind dx. FakeQuantWithMinMaxArgsGradient has no sum;
-            QuantizeAndDequantizeV4Grad's range is given, its axis moves; an inference-mode batch-norm
-            gradient (dx = dy * k per channel) takes data_format NCHW. Read sums keep the layout: a sum
-            in another order rounds differently."""
-            g = self._g
-            perm = trans.get_attr_value("perm")
-            if perm != NCHW_TO_NHWC or trans.output[0] not in node.input[:2]:
-                return False
-            if any(g.find_output_consumers(o) or o in g.outputs for o in node.output[1:]):
-                return False
-            fmt = None
-            if node.type.startswith("FusedBatchNormGrad"):
-                fmt = self._flipped_format(trans, node)
-                if fmt is None or node.get_attr_value("is_training", 1):
-                    return False
-            # An input that does not arrive through such a Transpose gets a cancelling pair (as tf2onnx does
-            # for Add and Mul): its NHWC->NCHW half then moves up the graph or stays, one copy for the two
-            # this rewrite saves.
-            for index in (0, 1):
-                p = node.inputs[index]
-                if p is None or p.type != "Transpose" or p.get_attr_value("perm") != perm:
-                    to_nchw = g.make_node("Transpose", [node.input[index]], attr={"perm": _inverse(perm)})
-                    to_nhwc = g.make_node("Transpose", [to_nchw.output[0]], attr={"perm": perm})
-                    g.replace_input(node, node.input[index], to_nhwc.output[0], index)
-            sources = [node.inputs[0], node.inputs[1]]
-            for index, producer in enumerate(sources):
-                g.replace_input(node, node.input[index], producer.input[0], index)
-            for producer in {p.name: p for p in sources}.values():
-                if not g.find_output_consumers(producer.output[0]) and producer.output[0] not in g.outputs:
-                    g.remove_node(producer.name)
-            dx = node.output[0]
-            consumers = g.find_output_consumers(dx)
-            back = g.make_node("Transpose", [dx], attr={"perm": perm})
-            g.replace_all_inputs(dx, back.output[0], ops=consumers)
-            shape = g.get_shape(dx)
-            if shape:
-                g.set_shape(back.output[0], shape)
-                g.set_shape(dx, [shape[i] for i in _inverse(perm)])
-            g.set_dtype(back.output[0], g.get_dtype(dx))
-            if fmt is not None:
-                node.set_attr("data_format", fmt)
-            axis = node.get_attr_value("axis", -1) if node.type == "QuantizeAndDequantizeV4Grad" else -1
-            if axis != -1:
-                node.set_attr("axis", perm[axis if axis >= 0 else axis + len(perm)])
-            return True
 
     return LayoutOptimizer
 
@@ -336,6 +337,11 @@ def _keeps_every_axis(node) -> bool:
     """A Transpose whose perm leaves every axis in place (tf2onnx's loop removes it as useless)."""
     perm = node.get_attr_value("perm")
     return node.type == "Transpose" and bool(perm) and list(perm) == list(range(len(perm)))
+
+
+def _moved_axis(axis: int, perm) -> int:
+    """The dim of a Transpose's input that is dim ``axis`` (negative counts from the end) of its output."""
+    return perm[axis if axis >= 0 else axis + len(perm)]
 
 
 def _inverse(perm):

@@ -30,9 +30,8 @@ namespace {
 
 using i64 = std::int64_t;
 
-constexpr i64 kLanes = 8;   // one AVX2 register of floats (two SSE2 registers in the baseline clone)
-typedef float Vec __attribute__((vector_size(kLanes * sizeof(float))));
-constexpr i64 kMaxLanes = 16;  // slack for vectors up to 16 lanes
+constexpr i64 kLanes = 8;       // FillPlane's vectors: one AVX2 register of floats
+constexpr i64 kMaxLanes = 16;   // slack for vectors up to 16 lanes
 
 // W floats in one vector of the GCC extension.
 template <int W>
@@ -40,13 +39,9 @@ struct Lanes {
   typedef float Vec __attribute__((vector_size(W * sizeof(float))));
 };
 
-TFOPS_ALWAYS_INLINE Vec Load(const float* p) {  // always inline: each ISA copy gets its own
-  Vec v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
+using Vec = Lanes<kLanes>::Vec;
 
-template <int W>
+template <int W>  // always inline: each ISA copy gets its own
 TFOPS_ALWAYS_INLINE typename Lanes<W>::Vec LoadW(const float* p) {
   typename Lanes<W>::Vec v;
   std::memcpy(&v, p, sizeof v);
@@ -94,7 +89,7 @@ TFOPS_ALWAYS_INLINE void FillPlaneBody(const Geometry& g, const float* src, Padd
       float* to_even = row + (g.pad_left % 2) * p->phase_len + g.pad_left / 2;       // column c even
       float* to_odd = row + ((g.pad_left + 1) % 2) * p->phase_len + (g.pad_left + 1) / 2;  // column c odd
       for (; c0 + 2 * kLanes <= g.in_cols; c0 += 2 * kLanes) {
-        const Vec lo = Load(in + c0), hi = Load(in + c0 + kLanes);
+        const Vec lo = LoadW<kLanes>(in + c0), hi = LoadW<kLanes>(in + c0 + kLanes);
         const Vec e = __builtin_shuffle(lo, hi, even), o = __builtin_shuffle(lo, hi, odd);
         std::memcpy(to_even + c0 / 2, &e, sizeof e);
         std::memcpy(to_odd + c0 / 2, &o, sizeof o);
