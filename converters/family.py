@@ -10,7 +10,11 @@ restore the TF type before building the replacement.
 """
 from __future__ import annotations
 
+import numpy as np
+from onnx import TensorProto
+
 import ort_ops
+from ort_ops import spec as op_spec
 
 FAMILY_OPS = tuple(ort_ops.OP_NAMES)
 QUANTIZATION_OPS = tuple(
@@ -41,3 +45,37 @@ def shield_nodes(graph, op_types) -> int:
 def shield_family_nodes(graph) -> int:
     """Give every family node of a tf2onnx ``graph`` its private type; returns how many there were."""
     return shield_nodes(graph, FAMILY_OPS)
+
+
+# tf2onnx's element types (ONNX TensorProto codes) as the specs write them.
+_SPEC_TYPES = {
+    TensorProto.FLOAT: op_spec.FLOAT,
+    TensorProto.DOUBLE: op_spec.DOUBLE,
+    TensorProto.FLOAT16: op_spec.FLOAT16,
+    TensorProto.BFLOAT16: op_spec.BFLOAT16,
+    TensorProto.INT32: op_spec.INT32,
+}
+
+
+def tf_attributes(node, spec) -> dict:
+    """The spec's attributes of a tf2onnx ``node`` in Python form, TF's defaults filled in.
+
+    Attributes the spec does not name (the type attributes T, U) are ignored. Raises
+    ort_ops.OpError for a value the op does not accept (e.g. an unknown round_mode).
+    """
+    given = {a.name: node.get_attr_value(a.name) for a in spec.attrs if node.get_attr(a.name) is not None}
+    return spec.with_defaults(given)
+
+
+def validate_node(ctx, node, spec, attrs: dict) -> list:
+    """Run the spec's checks on what the graph tells about ``node`` at conversion time: static shapes
+    (unknown dims as None), constant inputs and element types. Returns the output shapes the spec
+    infers; raises ort_ops.OpError, in the same words the kernels use at run time."""
+    shapes, values, dtypes = [], [], []
+    for name in node.input:
+        shape = ctx.get_shape(name)
+        shapes.append(None if shape is None else tuple(None if d < 0 else d for d in shape))
+        values.append(np.asarray(ctx.get_tensor_value(name, as_list=False)) if ctx.is_const(name) else None)
+        dtype = ctx.get_dtype(name)
+        dtypes.append(None if dtype is None else _SPEC_TYPES.get(dtype, f"tensor({TensorProto.DataType.Name(dtype).lower()})"))
+    return spec.validate(shapes, values, dtypes, attrs)

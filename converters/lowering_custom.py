@@ -8,22 +8,9 @@ ONNX carries element types on the tensors.
 from __future__ import annotations
 
 import ort_ops
+from converters.family import tf_attributes, validate_node
 from ort_ops.model import node_attributes
 from ort_ops.schemas import DOMAIN
-
-
-def tf_attributes(node, op_type: str) -> dict:
-    """The spec's attributes of a tf2onnx ``node`` in Python form, with TF's defaults filled in.
-
-    Raises ort_ops.OpError for a value the op does not accept (e.g. an unknown round_mode).
-    """
-    spec = ort_ops.get_spec(op_type)
-    given = {}
-    for attr in spec.attrs:
-        proto = node.get_attr(attr.name)
-        if proto is not None:
-            given[attr.name] = node.get_attr_value(attr.name)
-    return spec.with_defaults(given)
 
 
 def onnx_attributes(op_type: str, attrs: dict) -> dict:
@@ -34,8 +21,14 @@ def onnx_attributes(op_type: str, attrs: dict) -> dict:
 
 
 def lower_to_custom_node(ctx, node, op_type: str) -> None:
-    """Replace TF ``node`` of ``op_type`` in tf2onnx graph ``ctx`` with its node of the domain."""
-    attrs = onnx_attributes(op_type, tf_attributes(node, op_type))
+    """Replace TF ``node`` of ``op_type`` in tf2onnx graph ``ctx`` with its node of the domain.
+
+    The spec's checks run first on what is known at conversion time, so a node TF would reject fails
+    the conversion (ort_ops.OpError) instead of every run of the model."""
+    spec = ort_ops.get_spec(op_type)
+    attrs = tf_attributes(node, spec)
+    validate_node(ctx, node, spec, attrs)
+    attrs = onnx_attributes(op_type, attrs)
     name = node.name
     inputs = list(node.input)
     outputs = list(node.output)

@@ -9,22 +9,27 @@ from ort_ops.spec import OpSpec
 from ort_ops.specs import OP_SPECS
 
 
-def _make_op_run(spec: OpSpec):
+class DomainOp(OpRun):
+    """An op of the domain: validates through its spec and runs its NumPy kernel.
+
+    OpRun passes the node's attributes as keywords (and, where it finds the registered schema, every
+    schema attribute, ``None`` when the node leaves it out); the spec fills in TF's defaults.
+    """
+
+    op_domain = DOMAIN
+    spec: OpSpec
+
     def _run(self, *inputs, **attrs):
-        # OpRun passes every attribute of the schema-less op as a keyword, None when absent
-        # from the node; drop those so the spec fills in TF's defaults.
-        given = {k: v for k, v in attrs.items() if v is not None}
-        return tuple(spec.kernel_function()(*inputs, **spec.with_defaults(given)))
-
-    # OpRun discovers the attribute names from the signature of _run; spell them out.
-    params = ", ".join(f"{a.name}=None" for a in spec.attrs)
-    args = ", ".join(f"{a.name}={a.name}" for a in spec.attrs)
-    namespace = {"_impl": _run}
-    exec(f"def _run(self, *inputs, {params}):\n    return _impl(self, *inputs, {args})\n", namespace)  # noqa: S102
-    return type(spec.name, (OpRun,), {"op_domain": DOMAIN, "_run": namespace["_run"]})
+        given = {name: value for name, value in attrs.items() if value is not None}
+        return self.spec.run_reference(inputs, given)
 
 
-OP_RUN_CLASSES = tuple(_make_op_run(spec) for spec in OP_SPECS)
+def _op_class(spec: OpSpec) -> type:
+    # ReferenceEvaluator finds an op's class by its class name (the op type) and op_domain.
+    return type(spec.name, (DomainOp,), {"spec": spec, "__doc__": spec.doc})
+
+
+OP_RUN_CLASSES = tuple(_op_class(spec) for spec in OP_SPECS)
 
 
 def reference_evaluator(model, **kwargs) -> ReferenceEvaluator:

@@ -4,7 +4,13 @@ An :class:`OpSpec` names an op's inputs, outputs, attributes and element types i
 terms, and points at the two pieces of behaviour that cannot be tabulated: the shape function
 and the NumPy reference kernel. Everything else -- the onnx schemas (``schemas.py``), the
 reference evaluator (``evaluator.py``), the generated op reference in the README (``docs.py``),
-the C++ op table (``codegen.py``) and the converters -- is derived from these objects.
+the C++ op table and the converters -- is derived from these objects.
+
+Validation has one entry point, :meth:`OpSpec.validate`: attribute values, element types (from the
+type constraints and ``kernels``) and then the shape function, which calls the family's checks in
+``ort_ops.checks``. The NumPy kernels run behind it (:meth:`OpSpec.run_reference`), the schemas'
+shape inference, the standard lowerings and the custom lowering's handler call it with what they
+know, so a rule is written once and every path reports it in the same words.
 """
 from __future__ import annotations
 
@@ -116,6 +122,49 @@ class OpSpec:
                 out[a.name] = a.default
         return out
 
+    def check_types(self, dtypes: Sequence) -> None:
+        """Reject input element types that no TF kernel of this op takes.
+
+        ``dtypes`` holds one NumPy dtype (or ONNX type string) per input, ``None`` where unknown.
+        The message names the first input at fault and what it may be.
+        """
+        bound = {}  # type letter -> (the input that fixed it, its type)
+        for param, dtype in zip(self.inputs, dtypes):
+            if dtype is None:
+                continue
+            got = _type_string(dtype)
+            if param.type not in self.type_constraints:
+                if got != param.type:
+                    raise OpError(self.name, f"{param.name} must be {type_name(param.type)}, got {type_name(got)}")
+                continue
+            if param.type in bound:
+                first, want = bound[param.type]
+                if got != want:
+                    raise OpError(
+                        self.name,
+                        f"{param.name} must have the same type as {first} ({type_name(want)}), got {type_name(got)}",
+                    )
+                continue
+            allowed = self.type_constraints[param.type]
+            if got not in allowed:
+                raise OpError(self.name, f"{param.name} must be {_alternatives(allowed)}, got {type_name(got)}")
+            bound[param.type] = (param.name, got)
+        if bound and not any(all(k.get(letter, t) == t for letter, (_, t) in bound.items()) for k in self.kernels):
+            given = ", ".join(f"{first} {type_name(t)}" for first, t in bound.values())
+            combos = "; ".join(", ".join(f"{l}={type_name(t)}" for l, t in k.items()) for k in self.kernels)
+            raise OpError(self.name, f"TF has no kernel for {given} (its kernels: {combos})")
+
+    def validate(self, shapes: Sequence, values: Optional[Sequence] = None, dtypes: Optional[Sequence] = None,
+                 attrs: Optional[dict] = None) -> list:
+        """Every check TF makes that the given facts decide; returns the output shapes.
+
+        ``attrs`` are complete (``with_defaults``); ``shapes``, ``values`` and ``dtypes`` hold one
+        entry per input, ``None`` where unknown (see ``shape_fn``). Raises :class:`OpError`.
+        """
+        n = len(self.inputs)
+        self.check_types(list(dtypes) if dtypes is not None else [None] * n)
+        return self.shape_fn(list(shapes), list(values) if values is not None else [None] * n, attrs)
+
     def kernel_function(self) -> Callable:
         module, func = self.reference.split(":")
         return getattr(importlib.import_module(f"ort_ops.reference.{module}"), func)
@@ -124,7 +173,10 @@ class OpSpec:
         """Run the NumPy kernel on ``inputs`` with ``attrs`` (TF defaults filled in)."""
         if len(inputs) != len(self.inputs):
             raise OpError(self.name, f"expects {len(self.inputs)} inputs, got {len(inputs)}")
-        return tuple(self.kernel_function()(*inputs, **self.with_defaults(attrs or {})))
+        attrs = self.with_defaults(attrs or {})
+        arrays = [np.asarray(x) for x in inputs]
+        self.validate([a.shape for a in arrays], arrays, [a.dtype for a in arrays], attrs)
+        return tuple(self.kernel_function()(*arrays, **attrs))
 
 
 def normalize_attr(op: str, attr: Attr, value: Any) -> Any:
@@ -175,6 +227,32 @@ NUMPY_DTYPES = {
     FLOAT16: np.dtype(np.float16),
     INT32: np.dtype(np.int32),
 }
+
+
+def type_name(onnx_type: str) -> str:
+    """``tensor(float)`` -> ``float32``: types in messages are written as TF writes them."""
+    return numpy_dtype(onnx_type).name if onnx_type in NUMPY_DTYPES or onnx_type == BFLOAT16 else onnx_type
+
+
+def _alternatives(types) -> str:
+    names = [type_name(t) for t in types]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+
+
+def _type_string(dtype) -> str:
+    if isinstance(dtype, str) and dtype.startswith("tensor("):
+        return dtype
+    try:
+        return onnx_type_of(dtype)
+    except TypeError:
+        return f"tensor({np.dtype(dtype).name})"
+
+
+def tf_shape(shape) -> str:
+    """A shape as TF's TensorShape::DebugString writes it in messages: ``[2,3,?]`` (``?``: unknown dim)."""
+    if shape is None:
+        return "<unknown>"
+    return "[" + ",".join("?" if d is None else str(int(d)) for d in shape) + "]"
 
 
 def numpy_dtype(onnx_type: str) -> np.dtype:

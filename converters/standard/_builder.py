@@ -6,12 +6,16 @@ every consumer downstream stays connected.
 """
 from __future__ import annotations
 
+import functools
 from typing import Optional, Sequence
 
 import numpy as np
 from onnx import TensorProto, helper
 
+import ort_ops
 from converters.errors import LoweringError
+from converters.family import tf_attributes, validate_node
+from ort_ops.spec import OpError
 
 # ONNX element type -> NumPy dtype for the types the family uses.
 NP_TYPES = {
@@ -53,9 +57,26 @@ class Lowering:
     def fail(self, reason: str):
         raise LoweringError(self.op_type, self.name, reason)
 
-    def attr(self, name: str, default=None):
-        value = self.node.get_attr_value(name, default)
-        return value.decode() if isinstance(value, bytes) else value
+    @functools.cached_property
+    def spec(self):
+        return ort_ops.get_spec(self.op_type)
+
+    @functools.cached_property
+    def attrs(self) -> dict:
+        """The op's attributes read through its spec: TF's defaults filled in, values normalized."""
+        try:
+            return tf_attributes(self.node, self.spec)
+        except OpError as e:
+            self.fail(e.detail)
+
+    def validate(self) -> list:
+        """The spec's checks on the node's static facts (attributes, element types, shapes, constant
+        inputs): what TF rejects fails here in the spec's words. Returns the inferred output shapes."""
+        attrs = self.attrs
+        try:
+            return validate_node(self.ctx, self.node, self.spec, attrs)
+        except OpError as e:
+            self.fail(e.detail)
 
     def dtype(self, index: int) -> int:
         return self.ctx.get_dtype(self.inputs[index])

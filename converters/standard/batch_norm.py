@@ -25,7 +25,7 @@ X_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16}
 
 class _Layout:
     def __init__(self, lw: Lowering, x_index: int, versions_5d: bool):
-        fmt = lw.attr("data_format", "NHWC")
+        fmt = lw.attrs["data_format"]
         if fmt not in FORMATS_5D:
             lw.fail(data_format_message(fmt, FORMATS_5D))
         if fmt in ("NDHWC", "NCDHW") and not versions_5d:
@@ -88,9 +88,9 @@ def _lower_forward(ctx, node, version: int):
     t = _x_type(lw, [0])
     _check_float_params(lw, [1, 2, 3, 4])
     layout = _Layout(lw, 0, version == 3)
-    epsilon = F32(lw.attr("epsilon", 1e-4))
-    factor = F32(lw.attr("exponential_avg_factor", 1.0))
-    training = bool(lw.attr("is_training", True))
+    epsilon = F32(lw.attrs["epsilon"])
+    factor = F32(lw.attrs["exponential_avg_factor"])
+    training = bool(lw.attrs["is_training"])
     lw.take_over()
     x_in, scale, offset, mean_in, var_in = lw.inputs
     x = _to_float(lw, x_in, t)
@@ -138,8 +138,8 @@ def _lower_grad(ctx, node, version: int):
         len(dy_shape) != len(x_shape) or any(a != b and a >= 0 and b >= 0 for a, b in zip(dy_shape, x_shape))
     ):
         lw.fail(f"x and y_backprop must have same shape, but x has shape {x_shape} and y_backprop has shape {dy_shape}")
-    epsilon = F32(lw.attr("epsilon", 1e-4))
-    training = bool(lw.attr("is_training", True))
+    epsilon = F32(lw.attrs["epsilon"])
+    training = bool(lw.attrs["is_training"])
     lw.take_over()
     dy_in, x_in, scale, saved_mean, saved_var = lw.inputs[:5]
     dy, x = _to_float(lw, dy_in, t), _to_float(lw, x_in, t)

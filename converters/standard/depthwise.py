@@ -36,11 +36,11 @@ class _Geometry:
 
     def __init__(self, lw: Lowering):
         attrs = {
-            "strides": list(lw.attr("strides", [])),
-            "padding": lw.attr("padding", "VALID"),
-            "explicit_paddings": list(lw.attr("explicit_paddings", []) or []),
-            "data_format": lw.attr("data_format", "NHWC"),
-            "dilations": list(lw.attr("dilations", [1, 1, 1, 1]) or [1, 1, 1, 1]),
+            "strides": list(lw.attrs["strides"]),
+            "padding": lw.attrs["padding"],
+            "explicit_paddings": list(lw.attrs["explicit_paddings"]),
+            "data_format": lw.attrs["data_format"],
+            "dilations": list(lw.attrs["dilations"]),
         }
         if attrs["padding"] not in ("SAME", "VALID", "EXPLICIT"):
             lw.fail(f"padding must be SAME, VALID or EXPLICIT, got {attrs['padding']!r}")

@@ -34,8 +34,8 @@ LEAN_BOUND = F32(2.0**-100)
 
 def _grid(lw: Lowering):
     """(quant_min, quant_max) integers from num_bits/narrow_range, validated as TF's kernels do."""
-    num_bits = int(lw.attr("num_bits", 8))
-    narrow = bool(lw.attr("narrow_range", False))
+    num_bits = int(lw.attrs["num_bits"])
+    narrow = bool(lw.attrs["narrow_range"])
     if not 2 <= num_bits <= 16:
         lw.fail("num_bits must be between 2 and 16, inclusive")
     return (1 if narrow else 0), (1 << num_bits) - 1
@@ -229,7 +229,7 @@ def _flushed_scalar(v) -> np.float32:
 
 def _args_range(lw: Lowering):
     # Subnormal bounds are signed zeros to TF, so min=-1e-38, max=1e-38 is rejected as "-0 >= 0".
-    mn, mx = _flushed_scalar(lw.attr("min", -6.0)), _flushed_scalar(lw.attr("max", 6.0))
+    mn, mx = _flushed_scalar(lw.attrs["min"]), _flushed_scalar(lw.attrs["max"])
     if not mn < mx:
         lw.fail(f"min has to be smaller than max, was: {float(mn):g} >= {float(mx):g}")
     return mn, mx

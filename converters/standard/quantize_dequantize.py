@@ -498,11 +498,11 @@ def _given_range_tails(lw: Lowering, out: str, x: str, inv: str, axis: int, rank
 def _lower_forward(ctx, node, version: int):
     lw = Lowering(ctx, node)
     t, np_type = _element_type(lw, [0, 1, 2])
-    signed = bool(lw.attr("signed_input", True))
-    narrow = bool(lw.attr("narrow_range", False))
-    axis = int(lw.attr("axis", -1))
+    signed = bool(lw.attrs["signed_input"])
+    narrow = bool(lw.attrs["narrow_range"])
+    axis = int(lw.attrs["axis"])
     if version == 3:
-        range_given = bool(lw.attr("range_given", True))
+        range_given = bool(lw.attrs["range_given"])
         half_up = False
         bits = lw.constant_value(3)
         if bits is None:
@@ -511,12 +511,12 @@ def _lower_forward(ctx, node, version: int):
             lw.fail(f"Invalid shape. The `num_bits` tensor should be a scalar. Got dimensions: {bits.ndim}")
         num_bits, label = int(bits), "`signed_input_`"
     else:
-        range_given = bool(lw.attr("range_given", False))
-        mode = lw.attr("round_mode", "HALF_TO_EVEN")
+        range_given = bool(lw.attrs["range_given"])
+        mode = lw.attrs["round_mode"]
         if mode not in ("HALF_TO_EVEN", "HALF_UP"):
             lw.fail(f"round_mode must be HALF_TO_EVEN or HALF_UP, got {mode!r}")
         half_up = mode == "HALF_UP"
-        num_bits, label = int(lw.attr("num_bits", 8)), "signed_input_"
+        num_bits, label = int(lw.attrs["num_bits"]), "signed_input_"
     min_q, max_q = _grid(lw, signed, num_bits, narrow, label)
     rank = _axis(lw, axis, "forward")
     if range_given:
@@ -575,7 +575,7 @@ def _lean_grad_bounds(lw: Lowering, mn, mx, axis: int, rank, np_type):
 def lower_v4_grad(ctx, node):
     lw = Lowering(ctx, node)
     t, np_type = _element_type(lw, [0, 1, 2, 3])
-    axis = int(lw.attr("axis", -1))
+    axis = int(lw.attrs["axis"])
     rank = _axis(lw, axis, "grad")
     g_shape, x_shape = lw.shape(0), lw.shape(1)
     if g_shape is not None and x_shape is not None and (
