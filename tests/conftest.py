@@ -31,7 +31,7 @@ import isolated_ort  # noqa: E402
 
 TENSORFLOW_MARKER = "tensorflow"
 _DECLARES_TF = re.compile(r"^pytestmark\s*=.*\bmark\.tensorflow\b", re.M)
-_deselected_modules = []
+_deselected_modules = set()  # a module can be offered more than once (named on the command line and found in tests/)
 
 
 def pytest_configure(config):
@@ -72,7 +72,7 @@ def pytest_ignore_collect(collection_path, config):
     if not _marker_expression_excludes_tensorflow(config):
         return None
     if _DECLARES_TF.search(collection_path.read_text(encoding="utf-8")):
-        _deselected_modules.append(collection_path.name)
+        _deselected_modules.add(collection_path.name)
         return True
     return None
 
