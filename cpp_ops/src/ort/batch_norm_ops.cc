@@ -45,8 +45,8 @@ class BatchNormForward {
     const Tensor x = ctx.Input(0), scale = ctx.Input(1), offset = ctx.Input(2), mean = ctx.Input(3),
                  variance = ctx.Input(4);
     batch_norm::Layout l;
-    ThrowIf(batch_norm::CheckForward(x.shape, scale.shape, offset.shape, mean.shape, variance.shape, data_format_,
-                                     kVersion == 3, is_training_, factor_, &l));
+    batch_norm::CheckForward(x.shape, scale.shape, offset.shape, mean.shape, variance.shape, data_format_, kVersion == 3,
+                             is_training_, factor_, &l);
     T* y = ctx.Output<T>(0, x.shape);
     const Shape stats = {l.channels};
     float* batch_mean = ctx.Output<float>(1, stats);
@@ -97,8 +97,7 @@ class BatchNormGrad {
     const Tensor dy = ctx.Input(0), x = ctx.Input(1), scale = ctx.Input(2), rs1 = ctx.Input(3), rs2 = ctx.Input(4);
     // V3's reserve_space_3 (input 5) is ignored, whatever its shape, as on TF's CPU.
     batch_norm::Layout l;
-    ThrowIf(batch_norm::CheckGrad(dy.shape, x.shape, scale.shape, rs1.shape, rs2.shape, data_format_, kVersion == 3,
-                                  &l));
+    batch_norm::CheckGrad(dy.shape, x.shape, scale.shape, rs1.shape, rs2.shape, data_format_, kVersion == 3, &l);
     T* dx = ctx.Output<T>(0, x.shape);
     const Shape stats = {l.channels};
     float* dscale = ctx.Output<float>(1, stats);

@@ -50,15 +50,6 @@ void Check(OrtStatus* status) {
   throw OrtCallError(code, message);
 }
 
-std::string ShapeString(const Shape& shape) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) {
-    if (i) out += ",";
-    out += std::to_string(shape[i]);
-  }
-  return out + "]";
-}
-
 int64_t NumElements(const Shape& shape) {
   int64_t n = 1;
   for (int64_t d : shape) {
@@ -69,20 +60,6 @@ int64_t NumElements(const Shape& shape) {
     n *= d;
   }
   return n;
-}
-
-std::string FloatString(float value) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof(buffer), "%.*g", 6, static_cast<double>(value));
-  if (std::strtof(buffer, nullptr) != value) std::snprintf(buffer, sizeof(buffer), "%.*g", 9, static_cast<double>(value));
-  return buffer;
-}
-
-std::string DoubleString(double value) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof(buffer), "%.*g", 15, value);
-  if (std::strtod(buffer, nullptr) != value) std::snprintf(buffer, sizeof(buffer), "%.*g", 17, value);
-  return buffer;
 }
 
 const char* ElementTypeName(ONNXTensorElementDataType type) {

@@ -46,6 +46,7 @@
 
 #include "kernels/device.h"
 #include "kernels/half.h"
+#include "kernels/op_error.h"
 #include "kernels/parallel.h"
 #include "kernels/simd.h"
 
@@ -58,16 +59,8 @@ namespace ort {
 const OrtApi& Api();
 void SetApi(const OrtApi* api);
 
-// Bad attributes or inputs of a node. The message names the problem; the op name is added.
-class OpError : public std::runtime_error {
- public:
-  explicit OpError(const std::string& message) : std::runtime_error(message) {}
-};
-
-// For kernels that report a problem as a message string (empty when all is well).
-inline void ThrowIf(const std::string& error) {
-  if (!error.empty()) throw OpError(error);
-}
+// Bad attributes or inputs of a node: tfops::OpError (kernels/op_error.h), thrown by the adapters
+// and by the kernels' checks alike.
 
 // A call into ORT's API failed (out of memory, internal error): carries ORT's message and code.
 class OrtCallError : public std::runtime_error {
@@ -80,12 +73,7 @@ class OrtCallError : public std::runtime_error {
 void Check(OrtStatus* status);
 
 using Shape = std::vector<int64_t>;
-std::string ShapeString(const Shape& shape);  // "[2,3]", the way TF prints shapes in messages
-int64_t NumElements(const Shape& shape);      // throws OpError on negative dims or overflow
-// Numbers the way TF's StrCat prints them in messages: 6 (float) or 15 (double) significant digits,
-// or 9 / 17 when that is needed to read back the same value.
-std::string FloatString(float value);
-std::string DoubleString(double value);
+int64_t NumElements(const Shape& shape);  // throws OpError on negative dims or overflow
 
 constexpr ONNXTensorElementDataType kFloat = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
 constexpr ONNXTensorElementDataType kDouble = ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE;
