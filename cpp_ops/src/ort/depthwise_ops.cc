@@ -19,11 +19,11 @@ namespace {
 
 depthwise::Attrs ReadAttrs(const KernelAttributes& a) {
   depthwise::Attrs out;
-  out.strides = a.RequiredInts("strides");
-  out.padding = a.RequiredString("padding", {"SAME", "VALID", "EXPLICIT"});
-  out.explicit_paddings = a.Ints("explicit_paddings", {});
-  out.data_format = a.String("data_format", "NHWC", {"NHWC", "NCHW"});
-  out.dilations = a.Ints("dilations", {1, 1, 1, 1});
+  out.strides = a.Ints("strides");
+  out.padding = a.Choice("padding");
+  out.explicit_paddings = a.Ints("explicit_paddings");
+  out.data_format = a.Choice("data_format");
+  out.dilations = a.Ints("dilations");
   depthwise::CheckAttrs(out);  // the node is unusable whatever its inputs
   return out;
 }
@@ -31,11 +31,11 @@ depthwise::Attrs ReadAttrs(const KernelAttributes& a) {
 // Attributes at graph-build time (defaults where unreadable: the kernel reports those).
 depthwise::Attrs InferAttrs(const ShapeInference& ctx) {
   depthwise::Attrs out;
-  out.strides = ctx.Ints("strides", {});
-  out.padding = ctx.String("padding", "");
-  out.explicit_paddings = ctx.Ints("explicit_paddings", {});
-  out.data_format = ctx.String("data_format", "NHWC");
-  out.dilations = ctx.Ints("dilations", {1, 1, 1, 1});
+  out.strides = ctx.Ints("strides");
+  out.padding = ctx.String("padding");
+  out.explicit_paddings = ctx.Ints("explicit_paddings");
+  out.data_format = ctx.String("data_format");
+  out.dilations = ctx.Ints("dilations");
   return out;
 }
 
