@@ -53,11 +53,11 @@ def test_library_file_exists_where_the_package_says():
     ctypes.CDLL(path)  # loads without unresolved symbols
 
 
-def test_only_the_entry_point_and_the_build_and_isa_queries_are_exported():
+def test_only_the_entry_point_and_the_build_isa_and_op_table_queries_are_exported():
     out = subprocess.run(["nm", "-D", "--defined-only", ort_ops.library_path()], capture_output=True, text=True,
                          check=True).stdout
     symbols = sorted(line.split()[-1] for line in out.splitlines() if line.strip())
-    assert symbols == ["RegisterCustomOps", "TfOpsCpuIsa", "TfOpsCudaKernelCount"], symbols
+    assert symbols == ["RegisterCustomOps", "TfOpsCpuIsa", "TfOpsCudaKernelCount", "TfOpsOpTable"], symbols
 
 
 def test_the_library_needs_no_cuda_runtime_to_load():

@@ -42,6 +42,7 @@ SOURCES = [
     COMMON,
     ROOT / "cpp_ops/src/kernels/cuda/batch_norm.h",
     ROOT / "cpp_ops/src/kernels/batch_norm.h",
+    ROOT / "cpp_ops/src/kernels/op_error.h",
     ROOT / "cpp_ops/src/kernels/batch_norm.cc",
     ROOT / "cpp_ops/src/kernels/simd.h",
     ROOT / "cpp_ops/src/kernels/simd.cc",

@@ -44,7 +44,9 @@ SOURCES = [
     ROOT / "cpp_ops/src/kernels/cuda/depthwise.h",
     ROOT / "cpp_ops/src/kernels/cuda/common.cuh",
     ROOT / "cpp_ops/src/kernels/depthwise.h",
+    ROOT / "cpp_ops/src/kernels/op_error.h",
     ROOT / "cpp_ops/src/kernels/depthwise.cc",
+    ROOT / "cpp_ops/src/kernels/depthwise_geometry.cc",
     ROOT / "cpp_ops/src/kernels/depthwise_nchw.cc",
     ROOT / "cpp_ops/src/kernels/simd.h",
     ROOT / "cpp_ops/src/kernels/simd.cc",
@@ -63,7 +65,8 @@ def build_library() -> Path:
     inc = str(ROOT / "cpp_ops/src")
     host = ["-O2", "-std=c++17", "-fPIC", "-ffp-contract=off", "-fno-fast-math", f"-I{inc}"]
     cpu_objects = []
-    for name in ("depthwise", "depthwise_nchw", "simd"):  # the CPU kernels with their NCHW path and ISA choice
+    # The CPU kernels with their geometry, NCHW path and ISA choice.
+    for name in ("depthwise", "depthwise_geometry", "depthwise_nchw", "simd"):
         cpu_objects.append(str(out / f"{name}.o"))
         subprocess.run(["g++", *host, "-c", str(ROOT / f"cpp_ops/src/kernels/{name}.cc"), "-o", cpu_objects[-1]],
                        check=True)

@@ -19,7 +19,7 @@ KERNELS = INCLUDE / "kernels"
 def test_fake_quant_cuda_kernels_match_the_cpu_kernels_in_emulation():
     cu = KERNELS / "cuda" / "fake_quant.cu"
     sources = [cu, KERNELS / "cuda" / "fake_quant.h", KERNELS / "fake_quant.cc", KERNELS / "fake_quant.h",
-               KERNELS / "eigen_sum.h", KERNELS / "device.h", KERNELS / "simd.h", KERNELS / "simd.cc", KERNELS / "parallel.h",
+               KERNELS / "op_error.h", KERNELS / "eigen_sum.h", KERNELS / "device.h", KERNELS / "simd.h", KERNELS / "simd.cc", KERNELS / "parallel.h",
                HERE / "check.cc", HERE / "transform.py", HERE / "fake" / "cuda_runtime.h"]
     out = build_folder("fq_emu", sources)
     exe = out / "check"

@@ -21,8 +21,8 @@ def test_qdq_cuda_arithmetic_and_reductions_match_the_cpu_kernels():
         "qdq_emulation",
         ROOT / "tests" / "cuda_emulation" / "qdq.cc",
         [KERNELS / "quantize_dequantize.cc", KERNELS / "simd.cc"],
-        [KERNELS / "quantize_dequantize.h", KERNELS / "qdq_eigen_order.h", KERNELS / "cuda" / "quantize_dequantize.h",
-         KERNELS / "simd.h", KERNELS / "device.h", KERNELS / "parallel.h"],
+        [KERNELS / "quantize_dequantize.h", KERNELS / "op_error.h", KERNELS / "qdq_eigen_order.h",
+         KERNELS / "cuda" / "quantize_dequantize.h", KERNELS / "simd.h", KERNELS / "device.h", KERNELS / "parallel.h"],
     )
     result = subprocess.run([str(exe)], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]

@@ -202,27 +202,27 @@ int dw_emu(int op, int dtype, const char* data_format, const char* padding, cons
   attrs.padding = padding;
   attrs.data_format = data_format;
   Geometry g;
-  std::string err;
   const void *a = nullptr, *b = nullptr;
-  if (op == 0) {
-    err = tfops::depthwise::ForwardGeometry(attrs, Vec(s0, 4), Vec(s1, 4), &g);
-    a = p0;
-    b = p1;
-  } else if (op == 1) {
-    std::int32_t sizes[4];
-    for (int i = 0; i < 4; ++i) sizes[i] = static_cast<std::int32_t>(s0[i]);
-    err = tfops::depthwise::BackpropInputGeometry(attrs, {4}, sizes, Vec(s1, 4), Vec(s2, 4), &g);
-    a = p1;
-    b = p2;
-  } else {
-    std::int32_t sizes[4];
-    for (int i = 0; i < 4; ++i) sizes[i] = static_cast<std::int32_t>(s1[i]);
-    err = tfops::depthwise::BackpropFilterGeometry(attrs, Vec(s0, 4), {4}, sizes, Vec(s2, 4), &g);
-    a = p0;
-    b = p2;
-  }
-  if (!err.empty()) {
-    Copy(err, error, error_size);
+  try {  // the geometry checks throw tfops::OpError (kernels/op_error.h)
+    if (op == 0) {
+      tfops::depthwise::ForwardGeometry(attrs, Vec(s0, 4), Vec(s1, 4), &g);
+      a = p0;
+      b = p1;
+    } else if (op == 1) {
+      std::int32_t sizes[4];
+      for (int i = 0; i < 4; ++i) sizes[i] = static_cast<std::int32_t>(s0[i]);
+      tfops::depthwise::BackpropInputGeometry(attrs, {4}, sizes, Vec(s1, 4), Vec(s2, 4), &g);
+      a = p1;
+      b = p2;
+    } else {
+      std::int32_t sizes[4];
+      for (int i = 0; i < 4; ++i) sizes[i] = static_cast<std::int32_t>(s1[i]);
+      tfops::depthwise::BackpropFilterGeometry(attrs, Vec(s0, 4), {4}, sizes, Vec(s2, 4), &g);
+      a = p0;
+      b = p2;
+    }
+  } catch (const tfops::OpError& e) {
+    Copy(e.what(), error, error_size);
     return 1;
   }
   using tfops::cuda::Path;

@@ -30,7 +30,6 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <sstream>
 #include <type_traits>
 
 #include "kernels/simd.h"
@@ -48,38 +47,29 @@ constexpr i64 kMinRowsForSplit = 16;
 // Channels per column-sum task (a shape-only choice): two packets.
 constexpr i64 kChannelBlock = 16;
 
-std::string Dims(const std::vector<i64>& s) {  // TF's "[2,3,4]"
-  std::ostringstream os;
-  os << "[";
-  for (size_t i = 0; i < s.size(); ++i) os << (i ? "," : "") << s[i];
-  os << "]";
-  return os.str();
-}
-
 bool ChannelsFirst(const std::string& fmt) { return fmt == "NCHW" || fmt == "NCDHW"; }
 
 // TF says "input" for x and y_backprop alike: the message leads with the input's name.
-std::string CheckRank(const char* name, const std::vector<i64>& s) {
+void CheckRank(const char* name, const std::vector<i64>& s) {
   if (s.size() != 4 && s.size() != 5)
-    return std::string(name) + " has rank " + std::to_string(s.size()) + ": input must be 4 or 5-dimensional" + Dims(s);
-  return "";
+    throw OpError(std::string(name) + " has rank " + std::to_string(s.size()) + ": input must be 4 or 5-dimensional" +
+                  ShapeString(s));
 }
 
 // A [C] statistic; `label` is what TF's message calls the input `name` ("saved mean" for
 // reserve_space_1), and the name leads where the two differ.
-std::string CheckVector(const std::string& name, const std::string& label, const std::vector<i64>& s) {
-  if (s.size() == 1) return "";
-  const std::string tf_message = label + " must be 1-dimensional" + Dims(s);
-  return name == label ? tf_message : name + " has rank " + std::to_string(s.size()) + ": " + tf_message;
+void CheckVector(const std::string& name, const std::string& label, const std::vector<i64>& s) {
+  if (s.size() == 1) return;
+  const std::string tf_message = label + " must be 1-dimensional" + ShapeString(s);
+  throw OpError(name == label ? tf_message : name + " has rank " + std::to_string(s.size()) + ": " + tf_message);
 }
 
-std::string CheckCount(const std::string& prefix, const std::string& label, const std::vector<i64>& s, i64 channels) {
+void CheckCount(const std::string& prefix, const std::string& label, const std::vector<i64>& s, i64 channels) {
   i64 n = 1;
   for (i64 d : s) n *= d;
   if (n != channels)
-    return prefix + label + " must have the same number of elements as the channels of x, got " + std::to_string(n) +
-           " and " + std::to_string(channels);
-  return "";
+    throw OpError(prefix + label + " must have the same number of elements as the channels of x, got " +
+                  std::to_string(n) + " and " + std::to_string(channels));
 }
 
 Layout LayoutOf(const std::vector<i64>& x, const std::string& fmt) {
@@ -449,53 +439,50 @@ void ElementwiseBinary(const Layout& l, const T* a, const T* b_in, T* out, const
 
 }  // namespace
 
-std::string CheckDataFormat(const std::string& fmt, bool allow_3d_names) {
-  if (fmt == "NHWC" || fmt == "NCHW") return "";
-  if (allow_3d_names && (fmt == "NDHWC" || fmt == "NCDHW")) return "";
-  return "Invalid data format: data_format \"" + fmt + "\" is not one of NHWC, NCHW" +
-         (allow_3d_names ? ", NDHWC, NCDHW" : "");
+void CheckDataFormat(const std::string& fmt, bool allow_3d_names) {
+  if (fmt == "NHWC" || fmt == "NCHW") return;
+  if (allow_3d_names && (fmt == "NDHWC" || fmt == "NCDHW")) return;
+  throw OpError("Invalid data format: data_format \"" + fmt + "\" is not one of NHWC, NCHW" +
+                (allow_3d_names ? ", NDHWC, NCDHW" : ""));
 }
 
-std::string CheckForward(const std::vector<i64>& x, const std::vector<i64>& scale, const std::vector<i64>& offset,
-                         const std::vector<i64>& mean, const std::vector<i64>& variance, const std::string& fmt,
-                         bool allow_3d_names, bool is_training, float f, Layout* layout) {
-  std::string err;
-  if (!(err = CheckRank("x", x)).empty()) return err;
-  if (!(err = CheckVector("scale", "scale", scale)).empty()) return err;
-  if (!(err = CheckVector("offset", "offset", offset)).empty()) return err;
-  if (!(err = CheckVector("mean", "estimated_mean", mean)).empty()) return err;
-  if (!(err = CheckVector("variance", "estimated_variance", variance)).empty()) return err;
-  if (!(err = CheckDataFormat(fmt, allow_3d_names)).empty()) return err;
+void CheckForward(const std::vector<i64>& x, const std::vector<i64>& scale, const std::vector<i64>& offset,
+                  const std::vector<i64>& mean, const std::vector<i64>& variance, const std::string& fmt,
+                  bool allow_3d_names, bool is_training, float f, Layout* layout) {
+  CheckRank("x", x);
+  CheckVector("scale", "scale", scale);
+  CheckVector("offset", "offset", offset);
+  CheckVector("mean", "estimated_mean", mean);
+  CheckVector("variance", "estimated_variance", variance);
+  CheckDataFormat(fmt, allow_3d_names);
   *layout = LayoutOf(x, fmt);
   const i64 c = layout->channels;
-  if (!(err = CheckCount("", "scale", scale, c)).empty()) return err;
-  if (!(err = CheckCount("", "offset", offset, c)).empty()) return err;
+  CheckCount("", "scale", scale, c);
+  CheckCount("", "offset", offset, c);
   if (!is_training || f != 1.0f) {  // only then are mean/variance read
     const std::string prefix = !is_training ? "When is_training=false, " : "When exponential_avg_factor != 1, ";
-    if (!(err = CheckCount(prefix, "mean", mean, c)).empty()) return err;
-    if (!(err = CheckCount(prefix, "variance", variance, c)).empty()) return err;
+    CheckCount(prefix, "mean", mean, c);
+    CheckCount(prefix, "variance", variance, c);
   }
-  return "";
 }
 
-std::string CheckGrad(const std::vector<i64>& dy, const std::vector<i64>& x, const std::vector<i64>& scale,
-                      const std::vector<i64>& rs1, const std::vector<i64>& rs2, const std::string& fmt,
-                      bool allow_3d_names, Layout* layout) {
-  std::string err;
-  if (!(err = CheckRank("y_backprop", dy)).empty()) return err;
-  if (!(err = CheckRank("x", x)).empty()) return err;
-  if (!(err = CheckVector("scale", "scale", scale)).empty()) return err;
-  if (!(err = CheckVector("reserve_space_1", "saved mean", rs1)).empty()) return err;
-  if (!(err = CheckVector("reserve_space_2", "saved variance", rs2)).empty()) return err;
+void CheckGrad(const std::vector<i64>& dy, const std::vector<i64>& x, const std::vector<i64>& scale,
+               const std::vector<i64>& rs1, const std::vector<i64>& rs2, const std::string& fmt,
+               bool allow_3d_names, Layout* layout) {
+  CheckRank("y_backprop", dy);
+  CheckRank("x", x);
+  CheckVector("scale", "scale", scale);
+  CheckVector("reserve_space_1", "saved mean", rs1);
+  CheckVector("reserve_space_2", "saved variance", rs2);
   if (x != dy)
-    return "x and y_backprop must have same shape, but x has shape " + Dims(x) + " and y_backprop has shape " + Dims(dy);
-  if (!(err = CheckDataFormat(fmt, allow_3d_names)).empty()) return err;
+    throw OpError("x and y_backprop must have same shape, but x has shape " + ShapeString(x) + " and y_backprop has shape " +
+                  ShapeString(dy));
+  CheckDataFormat(fmt, allow_3d_names);
   *layout = LayoutOf(x, fmt);
   const i64 c = layout->channels;
-  if (!(err = CheckCount("", "scale", scale, c)).empty()) return err;
-  if (!(err = CheckCount("", "reserve_space_1", rs1, c)).empty()) return err;
-  if (!(err = CheckCount("", "reserve_space_2", rs2, c)).empty()) return err;
-  return "";
+  CheckCount("", "scale", scale, c);
+  CheckCount("", "reserve_space_1", rs1, c);
+  CheckCount("", "reserve_space_2", rs2, c);
 }
 
 template <typename T>

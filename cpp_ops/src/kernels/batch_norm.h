@@ -1,8 +1,8 @@
 // FusedBatchNorm{,V2,V3} and FusedBatchNormGrad{,V2,V3} as plain functions over pointers and
 // shapes (no ONNX Runtime types). The math is the NumPy reference's (ort_ops/reference/
 // _batch_norm.py, docs/semantics.md section 3): x is a matrix X[R, C] (C = channels), statistics are
-// float32, y is rounded back to T once. Validation returns an error message without the op name
-// (the adapter adds it), "" when the input is fine.
+// float32, y is rounded back to T once. The checks throw OpError (kernels/op_error.h) with TF's
+// message, without the op name (the adapter adds it).
 #pragma once
 
 #include <cmath>
@@ -12,6 +12,7 @@
 
 #include "kernels/device.h"
 #include "kernels/half.h"
+#include "kernels/op_error.h"
 #include "kernels/parallel.h"
 
 namespace tfops {
@@ -109,19 +110,19 @@ struct Layout {
 };
 
 // The data formats an op version accepts ("Invalid data format" otherwise).
-std::string CheckDataFormat(const std::string& data_format, bool allow_3d_names);
+void CheckDataFormat(const std::string& data_format, bool allow_3d_names);
 
 // The forward op's checks in TF's order; fills `layout` from x's shape.
-std::string CheckForward(const std::vector<std::int64_t>& x, const std::vector<std::int64_t>& scale,
-                         const std::vector<std::int64_t>& offset, const std::vector<std::int64_t>& mean,
-                         const std::vector<std::int64_t>& variance, const std::string& data_format, bool allow_3d_names,
-                         bool is_training, float exponential_avg_factor, Layout* layout);
+void CheckForward(const std::vector<std::int64_t>& x, const std::vector<std::int64_t>& scale,
+                  const std::vector<std::int64_t>& offset, const std::vector<std::int64_t>& mean,
+                  const std::vector<std::int64_t>& variance, const std::string& data_format, bool allow_3d_names,
+                  bool is_training, float exponential_avg_factor, Layout* layout);
 
 // The gradient op's checks in TF's order.
-std::string CheckGrad(const std::vector<std::int64_t>& y_backprop, const std::vector<std::int64_t>& x,
-                      const std::vector<std::int64_t>& scale, const std::vector<std::int64_t>& reserve_space_1,
-                      const std::vector<std::int64_t>& reserve_space_2, const std::string& data_format,
-                      bool allow_3d_names, Layout* layout);
+void CheckGrad(const std::vector<std::int64_t>& y_backprop, const std::vector<std::int64_t>& x,
+               const std::vector<std::int64_t>& scale, const std::vector<std::int64_t>& reserve_space_1,
+               const std::vector<std::int64_t>& reserve_space_2, const std::string& data_format,
+               bool allow_3d_names, Layout* layout);
 
 // T is float, Half or BFloat16. mean/variance are read only when !is_training or f != 1.
 template <typename T>

@@ -1,6 +1,7 @@
 // DepthwiseConv2dNative and its input/filter gradients as plain functions over pointers and
-// shapes (no ONNX Runtime types). Validation first (a non-empty string is the error message,
-// without the op name, which the adapter prefixes), then kernels that trust a validated Geometry.
+// shapes (no ONNX Runtime types). Validation first (depthwise_geometry.cc: it throws OpError,
+// kernels/op_error.h, with the message without the op name, which the adapter prefixes), then kernels
+// that trust a validated Geometry (depthwise.cc, depthwise_nchw.cc).
 //
 // Arithmetic follows TensorFlow's CPU kernels (docs/semantics.md section 4): taps in
 // row-major filter order, multiply then add with no fused multiply-add; 16-bit types compute
@@ -20,6 +21,7 @@
 
 #include "kernels/device.h"
 #include "kernels/half.h"
+#include "kernels/op_error.h"
 #include "kernels/parallel.h"
 
 namespace tfops {
@@ -52,30 +54,29 @@ struct Geometry {
   std::vector<std::int64_t> FilterShape() const { return {filter_rows, filter_cols, in_depth, depth_multiplier}; }
 };
 
-// Checks strides/padding/dilations/data_format (messages as TF's). Empty string when valid.
-std::string CheckAttrs(const Attrs& attrs);
+// Checks strides/padding/dilations/data_format (messages as TF's).
+void CheckAttrs(const Attrs& attrs);
 
 // The library's size cap, the same as the NumPy kernels' (docs/semantics.md section 4.5): an error for
 // outputs of more than 2^31 elements. The backprops' output shapes come from input_sizes/filter_sizes
 // values (`source` names the input for the message): call this on the shape to be allocated before
 // running a kernel (it is what keeps every size product far from overflow).
 constexpr std::int64_t kMaxOutputElements = std::int64_t{1} << 31;
-std::string CheckOutputSize(const std::vector<std::int64_t>& shape, const char* source);
+void CheckOutputSize(const std::vector<std::int64_t>& shape, const char* source);
 
 // Forward: input [N,H,W,C] (or NCHW), filter [kh,kw,C,M].
-std::string ForwardGeometry(const Attrs& attrs, const std::vector<std::int64_t>& input_shape,
-                            const std::vector<std::int64_t>& filter_shape, Geometry* g);
+void ForwardGeometry(const Attrs& attrs, const std::vector<std::int64_t>& input_shape,
+                     const std::vector<std::int64_t>& filter_shape, Geometry* g);
 
 // BackpropInput: input_sizes (int32 values and the tensor's shape), filter, out_backprop.
-std::string BackpropInputGeometry(const Attrs& attrs, const std::vector<std::int64_t>& input_sizes_shape,
-                                  const std::int32_t* input_sizes, const std::vector<std::int64_t>& filter_shape,
-                                  const std::vector<std::int64_t>& out_backprop_shape, Geometry* g);
+void BackpropInputGeometry(const Attrs& attrs, const std::vector<std::int64_t>& input_sizes_shape,
+                           const std::int32_t* input_sizes, const std::vector<std::int64_t>& filter_shape,
+                           const std::vector<std::int64_t>& out_backprop_shape, Geometry* g);
 
 // BackpropFilter: input, filter_sizes (int32 values and shape), out_backprop.
-std::string BackpropFilterGeometry(const Attrs& attrs, const std::vector<std::int64_t>& input_shape,
-                                   const std::vector<std::int64_t>& filter_sizes_shape,
-                                   const std::int32_t* filter_sizes,
-                                   const std::vector<std::int64_t>& out_backprop_shape, Geometry* g);
+void BackpropFilterGeometry(const Attrs& attrs, const std::vector<std::int64_t>& input_shape,
+                            const std::vector<std::int64_t>& filter_sizes_shape, const std::int32_t* filter_sizes,
+                            const std::vector<std::int64_t>& out_backprop_shape, Geometry* g);
 
 // T is float, double, Half or BFloat16. Outputs are fully written (zeros where nothing flows).
 template <typename T>

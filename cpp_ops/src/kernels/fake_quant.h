@@ -1,6 +1,7 @@
 // FakeQuantWithMinMax{Args,Vars,VarsPerChannel} and their gradients as plain functions over float
 // buffers, reproducing TensorFlow's CPU kernels bit for bit (docs/semantics.md section 1).
-// No ONNX Runtime types here; the adapters in cpp_ops/src/ort/fake_quant_ops.cc validate the inputs.
+// No ONNX Runtime types here. The checks at the end (fake_quant_checks.cc) throw OpError with TF's
+// messages; the adapters in cpp_ops/src/ort/fake_quant_ops.cc call them before any kernel.
 //
 // The per-element arithmetic (the nudge of a range, the quantize-dequantize of one value, the
 // gradient mask and the summed terms) is in the TFOPS_HD functions below, which the CPU loops
@@ -14,9 +15,11 @@
 
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "kernels/device.h"
 #include "kernels/eigen_sum.h"
+#include "kernels/op_error.h"
 #include "kernels/parallel.h"
 
 namespace tfops {
@@ -160,5 +163,34 @@ void FakeQuantVarsGradient(const float* g, const float* x, int64_t n, float min,
 void FakeQuantPerChannelGradient(const float* g, const float* x, int64_t rows, int64_t channels, const float* min,
                                  const float* max, int quant_min, int quant_max, float* dx, float* dmin,
                                  float* dmax, const Parallel& parallel);
+
+// ---------------------------------------------------------------- validation (fake_quant_checks.cc)
+// Each throws OpError (kernels/op_error.h) with TF's message.
+
+// num_bits, an attribute of all six ops: 2..16.
+void CheckFakeQuantNumBits(int64_t num_bits);
+
+// The grid bounds from a checked num_bits and narrow_range.
+struct FakeQuantBits {
+  int quant_min = 0;
+  int quant_max = 255;
+};
+inline FakeQuantBits FakeQuantBitsOf(int64_t num_bits, bool narrow_range) {
+  return FakeQuantBits{narrow_range ? 1 : 0, (1 << num_bits) - 1};
+}
+
+// The Args ops' attribute range: min < max once subnormals are flushed (TF reads and compares them with
+// denormals-are-zero on). Returns the nudged grid.
+FakeQuantGrid CheckArgsRange(float min, float max, const FakeQuantBits& bits);
+
+// The Args gradient's shape check, in TF's generic binary-op wording.
+void CheckArgsGradientShapes(const std::vector<int64_t>& gradients, const std::vector<int64_t>& inputs);
+// The Vars gradients' shape check.
+void CheckSameShape(const std::vector<int64_t>& gradients, const std::vector<int64_t>& inputs);
+// The Vars ops' min or max (`name`): a scalar.
+void CheckScalarRange(const std::vector<int64_t>& shape, const char* name);
+// The PerChannel ops: inputs of rank >= 1, min and max vectors of the last dim's size. Returns that size.
+int64_t CheckChannelRanges(const std::vector<int64_t>& inputs, const std::vector<int64_t>& min,
+                           const std::vector<int64_t>& max);
 
 }  // namespace tfops

@@ -1,6 +1,7 @@
 // QuantizeAndDequantize{V2,V3,V4} and QuantizeAndDequantizeV4Grad as plain functions over float or
 // double buffers, reproducing TensorFlow's CPU kernels bit for bit (docs/semantics.md section 2).
-// No ONNX Runtime types here; the adapters in cpp_ops/src/ort/quantize_dequantize_ops.cc validate.
+// No ONNX Runtime types here. The checks (declared below, quantize_dequantize_checks.cc) throw OpError
+// with TF's messages; the adapters in cpp_ops/src/ort/quantize_dequantize_ops.cc call them first.
 //
 // Every tensor is viewed as [pre, depth, post] (depth = dims[axis]; axis -1: [1, 1, n]); channel c
 // is x[:, c, :].
@@ -29,6 +30,7 @@
 #include <vector>
 
 #include "kernels/device.h"
+#include "kernels/op_error.h"
 #include "kernels/parallel.h"
 
 namespace tfops {
@@ -95,6 +97,27 @@ void QuantizeDequantizeGradient(const T* g, const T* x, T* dx, const QdqView& vi
 template <typename T>
 std::vector<QdqParams<T>> GivenRangeParams(const T* given_min, const T* given_max, int64_t depth,
                                            const QdqOptions& options);
+
+// ---------------------------------------------------------------- validation (quantize_dequantize_checks.cc)
+// In TF's order and wording (docs/semantics.md sections 2.4 and 2.5, as ort_ops/reference does it);
+// each throws OpError. Shapes are dims vectors.
+
+// num_bits: 1..61 signed, 1..62 unsigned. `signed_label` is how TF's message names signed_input.
+void CheckQdqNumBits(int64_t num_bits, bool signed_input, const char* signed_label);
+// The axis attribute of V2, V4 and V4Grad, before any input is seen: -1 or more.
+void CheckQdqAxis(int64_t axis);
+// V2/V4 at run time: the axis within the input's rank.
+void CheckQdqAxisInRank(int64_t axis, int64_t rank);
+// range_given: scalars with min <= max per tensor; vectors of dims[axis] values per axis (the
+// documented intent; TF 2.21 V2/V4 demand scalars here too, so that mode never works there).
+template <typename T>
+void CheckQdqGivenRange(const std::vector<int64_t>& x, const std::vector<int64_t>& min_shape, const T* min,
+                        const std::vector<int64_t>& max_shape, const T* max, int64_t axis);
+// V3 at run time, before the range: axis against the rank, then the num_bits tensor's rank.
+void CheckQdqV3Inputs(int64_t axis, int64_t rank, int64_t num_bits_rank);
+// V4Grad at run time: axis, shapes of gradients and inputs, and the min/max shapes.
+void CheckQdqV4GradInputs(int64_t axis, const std::vector<int64_t>& gradients, const std::vector<int64_t>& x,
+                          const std::vector<int64_t>& min, const std::vector<int64_t>& max);
 
 namespace qdq {
 

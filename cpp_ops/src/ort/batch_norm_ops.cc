@@ -36,17 +36,17 @@ class BatchNormForward {
   static constexpr const char* kName = kForwardNames[kVersion];
   static constexpr bool kHasCudaKernel = true;
   explicit BatchNormForward(const KernelAttributes& a)
-      : epsilon_(a.Float("epsilon", 0.0001f)),
-        factor_(a.Float("exponential_avg_factor", 1.0f)),
-        data_format_(a.String("data_format", "NHWC")),
-        is_training_(a.Bool("is_training", true)) {}
+      : epsilon_(a.Float("epsilon")),
+        factor_(a.Float("exponential_avg_factor")),
+        data_format_(a.String("data_format")),  // checked with the inputs, in TF's order (CheckForward)
+        is_training_(a.Bool("is_training")) {}
 
   void Compute(KernelContext& ctx) const {
     const Tensor x = ctx.Input(0), scale = ctx.Input(1), offset = ctx.Input(2), mean = ctx.Input(3),
                  variance = ctx.Input(4);
     batch_norm::Layout l;
-    ThrowIf(batch_norm::CheckForward(x.shape, scale.shape, offset.shape, mean.shape, variance.shape, data_format_,
-                                     kVersion == 3, is_training_, factor_, &l));
+    batch_norm::CheckForward(x.shape, scale.shape, offset.shape, mean.shape, variance.shape, data_format_, kVersion == 3,
+                             is_training_, factor_, &l);
     T* y = ctx.Output<T>(0, x.shape);
     const Shape stats = {l.channels};
     float* batch_mean = ctx.Output<float>(1, stats);
@@ -72,7 +72,7 @@ class BatchNormForward {
   static void InferShapes(ShapeInference& ctx) {
     const TypeShape x = ctx.Input(0);
     ctx.SetOutputLike(0, x);
-    const std::string fmt = ctx.String("data_format", "NHWC");
+    const std::string fmt = ctx.String("data_format");
     for (std::size_t i = 1; i <= 4; ++i) SetVector(ctx, i, x, fmt);
     if (kVersion == 3) ctx.SetOutput(5, kFloat, Shape{});
   }
@@ -89,16 +89,15 @@ class BatchNormGrad {
   static constexpr const char* kName = kGradNames[kVersion];
   static constexpr bool kHasCudaKernel = true;
   explicit BatchNormGrad(const KernelAttributes& a)
-      : epsilon_(a.Float("epsilon", 0.0001f)),
-        data_format_(a.String("data_format", "NHWC")),
-        is_training_(a.Bool("is_training", true)) {}
+      : epsilon_(a.Float("epsilon")),
+        data_format_(a.String("data_format")),  // checked with the inputs, in TF's order (CheckGrad)
+        is_training_(a.Bool("is_training")) {}
 
   void Compute(KernelContext& ctx) const {
     const Tensor dy = ctx.Input(0), x = ctx.Input(1), scale = ctx.Input(2), rs1 = ctx.Input(3), rs2 = ctx.Input(4);
     // V3's reserve_space_3 (input 5) is ignored, whatever its shape, as on TF's CPU.
     batch_norm::Layout l;
-    ThrowIf(batch_norm::CheckGrad(dy.shape, x.shape, scale.shape, rs1.shape, rs2.shape, data_format_, kVersion == 3,
-                                  &l));
+    batch_norm::CheckGrad(dy.shape, x.shape, scale.shape, rs1.shape, rs2.shape, data_format_, kVersion == 3, &l);
     T* dx = ctx.Output<T>(0, x.shape);
     const Shape stats = {l.channels};
     float* dscale = ctx.Output<float>(1, stats);
@@ -119,7 +118,7 @@ class BatchNormGrad {
   static void InferShapes(ShapeInference& ctx) {
     const TypeShape x = ctx.Input(1);
     ctx.SetOutputLike(0, x);
-    const std::string fmt = ctx.String("data_format", "NHWC");
+    const std::string fmt = ctx.String("data_format");
     SetVector(ctx, 1, x, fmt);
     SetVector(ctx, 2, x, fmt);
     ctx.SetOutput(3, kFloat, Shape{0});

@@ -1,7 +1,8 @@
 // ORT adapters of DepthwiseConv2dNative, ...BackpropInput and ...BackpropFilter: read the
 // attributes, validate shapes (and the int32 size vectors, read on the host) with the ORT-free
-// geometry functions, allocate the output and call the kernels in kernels/depthwise.cc, or on the
-// CUDA execution provider those of kernels/cuda/depthwise.cu (the size vectors are host inputs there).
+// geometry functions (kernels/depthwise_geometry.cc), allocate the output and call the kernels in
+// kernels/depthwise.cc, or on the CUDA execution provider those of kernels/cuda/depthwise.cu (the size
+// vectors are host inputs there).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -18,23 +19,23 @@ namespace {
 
 depthwise::Attrs ReadAttrs(const KernelAttributes& a) {
   depthwise::Attrs out;
-  out.strides = a.RequiredInts("strides");
-  out.padding = a.RequiredString("padding", {"SAME", "VALID", "EXPLICIT"});
-  out.explicit_paddings = a.Ints("explicit_paddings", {});
-  out.data_format = a.String("data_format", "NHWC", {"NHWC", "NCHW"});
-  out.dilations = a.Ints("dilations", {1, 1, 1, 1});
-  ThrowIf(depthwise::CheckAttrs(out));  // the node is unusable whatever its inputs
+  out.strides = a.Ints("strides");
+  out.padding = a.Choice("padding");
+  out.explicit_paddings = a.Ints("explicit_paddings");
+  out.data_format = a.Choice("data_format");
+  out.dilations = a.Ints("dilations");
+  depthwise::CheckAttrs(out);  // the node is unusable whatever its inputs
   return out;
 }
 
 // Attributes at graph-build time (defaults where unreadable: the kernel reports those).
 depthwise::Attrs InferAttrs(const ShapeInference& ctx) {
   depthwise::Attrs out;
-  out.strides = ctx.Ints("strides", {});
-  out.padding = ctx.String("padding", "");
-  out.explicit_paddings = ctx.Ints("explicit_paddings", {});
-  out.data_format = ctx.String("data_format", "NHWC");
-  out.dilations = ctx.Ints("dilations", {1, 1, 1, 1});
+  out.strides = ctx.Ints("strides");
+  out.padding = ctx.String("padding");
+  out.explicit_paddings = ctx.Ints("explicit_paddings");
+  out.data_format = ctx.String("data_format");
+  out.dilations = ctx.Ints("dilations");
   return out;
 }
 
@@ -60,9 +61,9 @@ class DepthwiseForward {
   void Compute(KernelContext& ctx) const {
     const Tensor input = ctx.Input(0), filter = ctx.Input(1);
     depthwise::Geometry g;
-    ThrowIf(depthwise::ForwardGeometry(attrs_, input.shape, filter.shape, &g));
+    depthwise::ForwardGeometry(attrs_, input.shape, filter.shape, &g);
     const Shape out_shape = g.OutputShape();
-    ThrowIf(depthwise::CheckOutputSize(out_shape, "input, filter and attributes"));
+    depthwise::CheckOutputSize(out_shape, "input, filter and attributes");
     T* out = ctx.Output<T>(0, out_shape);
     if constexpr (kWithCuda) {
       if (ctx.OnCuda()) {
@@ -75,13 +76,17 @@ class DepthwiseForward {
 
   static void InferShapes(ShapeInference& ctx) {
     const TypeShape input = ctx.Input(0), filter = ctx.Input(1);
-    depthwise::Geometry g;
-    if (input.rank() == 4 && filter.rank() == 4 && AllKnown(input) && AllKnown(filter) &&
-        depthwise::ForwardGeometry(InferAttrs(ctx), input.dims, filter.dims, &g).empty()) {
-      InferRank4(ctx, 0, g.OutputShape());
-    } else {
-      InferRank4(ctx, 0, Shape(4, -1));
+    Shape dims(4, -1);
+    if (input.rank() == 4 && filter.rank() == 4 && AllKnown(input) && AllKnown(filter)) {
+      try {
+        depthwise::Geometry g;
+        depthwise::ForwardGeometry(InferAttrs(ctx), input.dims, filter.dims, &g);
+        dims = g.OutputShape();
+      } catch (const OpError&) {
+        // Bad attributes or shapes: the kernel reports them at run time, with the node's name.
+      }
     }
+    InferRank4(ctx, 0, dims);
   }
 
  private:
@@ -99,10 +104,9 @@ class DepthwiseBackpropInput {
   void Compute(KernelContext& ctx) const {
     const Tensor sizes = ctx.Input(0), filter = ctx.Input(1), dy = ctx.Input(2);
     depthwise::Geometry g;
-    ThrowIf(depthwise::BackpropInputGeometry(attrs_, sizes.shape, sizes.Data<std::int32_t>(), filter.shape, dy.shape,
-                                             &g));
+    depthwise::BackpropInputGeometry(attrs_, sizes.shape, sizes.Data<std::int32_t>(), filter.shape, dy.shape, &g);
     const Shape out_shape = g.InputShape();
-    ThrowIf(depthwise::CheckOutputSize(out_shape, "input_sizes"));
+    depthwise::CheckOutputSize(out_shape, "input_sizes");
     T* out = ctx.Output<T>(0, out_shape);
     if constexpr (kWithCuda) {
       if (ctx.OnCuda()) {
@@ -131,10 +135,9 @@ class DepthwiseBackpropFilter {
   void Compute(KernelContext& ctx) const {
     const Tensor input = ctx.Input(0), sizes = ctx.Input(1), dy = ctx.Input(2);
     depthwise::Geometry g;
-    ThrowIf(depthwise::BackpropFilterGeometry(attrs_, input.shape, sizes.shape, sizes.Data<std::int32_t>(), dy.shape,
-                                              &g));
+    depthwise::BackpropFilterGeometry(attrs_, input.shape, sizes.shape, sizes.Data<std::int32_t>(), dy.shape, &g);
     const Shape out_shape = g.FilterShape();
-    ThrowIf(depthwise::CheckOutputSize(out_shape, "filter_sizes"));
+    depthwise::CheckOutputSize(out_shape, "filter_sizes");
     T* out = ctx.Output<T>(0, out_shape);
     if constexpr (kWithCuda) {
       if (ctx.OnCuda()) {

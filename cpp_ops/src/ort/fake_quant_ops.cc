@@ -1,7 +1,8 @@
-// ORT adapters for FakeQuantWithMinMax{Args,Vars,VarsPerChannel}(+Gradient): attribute and input
-// validation with TF's messages (docs/semantics.md section 1.5), then the kernels in kernels/fake_quant.h
-// (CPU EP) or kernels/cuda/fake_quant.h (CUDA EP). On the CUDA EP the scalar min/max of the Vars ops are
-// host inputs (nudged on the host); the per-channel min/max vectors stay on the device.
+// ORT adapters for FakeQuantWithMinMax{Args,Vars,VarsPerChannel}(+Gradient): the attribute and input
+// checks of kernels/fake_quant_checks.cc (TF's messages, docs/semantics.md section 1.5), then the
+// kernels in kernels/fake_quant.h (CPU EP) or kernels/cuda/fake_quant.h (CUDA EP). On the CUDA EP the
+// scalar min/max of the Vars ops are host inputs (nudged on the host); the per-channel min/max vectors
+// stay on the device.
 #include <string>
 
 #include "kernels/cuda/fake_quant.h"
@@ -14,55 +15,18 @@ namespace tfops {
 namespace ort {
 namespace {
 
-// num_bits and narrow_range, shared by all six ops.
-struct FakeQuantBits {
-  int quant_min = 0;
-  int quant_max = 255;
-
-  explicit FakeQuantBits(const KernelAttributes& attrs) {
-    const int64_t num_bits = attrs.Int("num_bits", 8);
-    if (num_bits < 2 || num_bits > 16) throw OpError("num_bits must be between 2 and 16, inclusive");
-    quant_min = attrs.Bool("narrow_range", false) ? 1 : 0;
-    quant_max = (1 << num_bits) - 1;
-  }
-};
-
-// Args ops: min and max are attributes and TF requires min < max.
-FakeQuantGrid ArgsGrid(const KernelAttributes& attrs, const FakeQuantBits& bits) {
-  // TF reads the attributes and compares them with denormals-are-zero on: subnormal bounds are zeros.
-  const float min = FlushDenormal(attrs.Float("min", -6.0f));
-  const float max = FlushDenormal(attrs.Float("max", 6.0f));
-  if (!(min < max)) {
-    throw OpError("min has to be smaller than max, was: " + FloatString(min) + " >= " + FloatString(max));
-  }
-  return NudgeFakeQuantRange(min, max, bits.quant_min, bits.quant_max);
+// num_bits and narrow_range, shared by all six ops (checked in that order, as TF reads them).
+FakeQuantBits ReadBits(const KernelAttributes& attrs) {
+  const int64_t num_bits = attrs.Int("num_bits");
+  CheckFakeQuantNumBits(num_bits);
+  return FakeQuantBitsOf(num_bits, attrs.Bool("narrow_range"));
 }
 
-void RequireSameShape(const Tensor& gradients, const Tensor& inputs) {
-  if (gradients.shape != inputs.shape) throw OpError("gradient and input must be the same size");
-}
-
-void RequireScalar(const Tensor& t, const char* name) {
-  if (t.rank() != 0) {
-    throw OpError(std::string("`") + name + "` must be rank 0 but is rank " + std::to_string(t.rank()));
-  }
-}
-
-// PerChannel ops: inputs of rank >= 1, min and max vectors of the last dim's size.
-int64_t RequireChannelRanges(const Tensor& inputs, const Tensor& min, const Tensor& max) {
-  if (inputs.rank() < 1) throw OpError("input must be at least rank 1");
-  const int64_t depth = inputs.shape.back();
-  for (const auto* t : {&min, &max}) {
-    const char* name = t == &min ? "min" : "max";
-    if (t->rank() != 1) {
-      throw OpError(std::string("`") + name + "` must be rank 1 but is rank " + std::to_string(t->rank()));
-    }
-    if (t->shape[0] != depth) {
-      throw OpError(std::string(name) + " has incorrect size, expected " + std::to_string(depth) + " was " +
-                    std::to_string(t->shape[0]));
-    }
-  }
-  return depth;
+// Args ops: min and max are attributes.
+FakeQuantGrid ArgsGrid(const KernelAttributes& attrs) {
+  const FakeQuantBits bits = ReadBits(attrs);
+  const float min = attrs.Float("min");
+  return CheckArgsRange(min, attrs.Float("max"), bits);
 }
 
 // Output 0 takes the shape of input `index`; the other outputs as given.
@@ -76,7 +40,7 @@ class FakeQuantWithMinMaxArgs {
  public:
   static constexpr const char* kName = "FakeQuantWithMinMaxArgs";
   static constexpr bool kHasCudaKernel = true;
-  explicit FakeQuantWithMinMaxArgs(const KernelAttributes& attrs) : grid_(ArgsGrid(attrs, FakeQuantBits(attrs))) {}
+  explicit FakeQuantWithMinMaxArgs(const KernelAttributes& attrs) : grid_(ArgsGrid(attrs)) {}
 
   void Compute(KernelContext& ctx) const {
     const Tensor x = ctx.Input(0);
@@ -100,17 +64,12 @@ class FakeQuantWithMinMaxArgsGradient {
   static constexpr const char* kName = "FakeQuantWithMinMaxArgsGradient";
   static constexpr bool kHasCudaKernel = true;
   explicit FakeQuantWithMinMaxArgsGradient(const KernelAttributes& attrs)
-      : grid_(ArgsGrid(attrs, FakeQuantBits(attrs))) {}
+      : grid_(ArgsGrid(attrs)) {}
 
   void Compute(KernelContext& ctx) const {
     const Tensor g = ctx.Input(0);
     const Tensor x = ctx.Input(1);
-    // TF's Args gradient checks shapes with its generic binary-op message, not the Vars one.
-    if (g.shape != x.shape) {
-      throw OpError(
-          "Inputs to operation FakeQuantWithMinMaxArgsGradient of type FakeQuantWithMinMaxArgsGradient must have the "
-          "same size and shape.  Input 0: " + ShapeString(g.shape) + " != input 1: " + ShapeString(x.shape));
-    }
+    CheckArgsGradientShapes(g.shape, x.shape);
     float* dx = ctx.Output<float>(0, x.shape);
     if constexpr (kWithCuda) {
       if (ctx.OnCuda()) {
@@ -131,12 +90,12 @@ class FakeQuantWithMinMaxVars {
   static constexpr const char* kName = "FakeQuantWithMinMaxVars";
   static constexpr bool kHasCudaKernel = true;
   static constexpr unsigned kHostInputs = (1u << 1) | (1u << 2);  // min, max
-  explicit FakeQuantWithMinMaxVars(const KernelAttributes& attrs) : bits_(attrs) {}
+  explicit FakeQuantWithMinMaxVars(const KernelAttributes& attrs) : bits_(ReadBits(attrs)) {}
 
   void Compute(KernelContext& ctx) const {
     const Tensor x = ctx.Input(0), min = ctx.Input(1), max = ctx.Input(2);
-    RequireScalar(min, "min");
-    RequireScalar(max, "max");
+    CheckScalarRange(min.shape, "min");
+    CheckScalarRange(max.shape, "max");
     float* y = ctx.Output<float>(0, x.shape);
     const float lo = min.Scalar<float>(), hi = max.Scalar<float>();  // host memory on either EP
     if constexpr (kWithCuda) {
@@ -158,13 +117,13 @@ class FakeQuantWithMinMaxVarsGradient {
   static constexpr const char* kName = "FakeQuantWithMinMaxVarsGradient";
   static constexpr bool kHasCudaKernel = true;
   static constexpr unsigned kHostInputs = (1u << 2) | (1u << 3);  // min, max
-  explicit FakeQuantWithMinMaxVarsGradient(const KernelAttributes& attrs) : bits_(attrs) {}
+  explicit FakeQuantWithMinMaxVarsGradient(const KernelAttributes& attrs) : bits_(ReadBits(attrs)) {}
 
   void Compute(KernelContext& ctx) const {
     const Tensor g = ctx.Input(0), x = ctx.Input(1), min = ctx.Input(2), max = ctx.Input(3);
-    RequireSameShape(g, x);
-    RequireScalar(min, "min");
-    RequireScalar(max, "max");
+    CheckSameShape(g.shape, x.shape);
+    CheckScalarRange(min.shape, "min");
+    CheckScalarRange(max.shape, "max");
     float* dx = ctx.Output<float>(0, x.shape);
     float* dmin = ctx.Output<float>(1, {});
     float* dmax = ctx.Output<float>(2, {});
@@ -192,11 +151,11 @@ class FakeQuantWithMinMaxVarsPerChannel {
  public:
   static constexpr const char* kName = "FakeQuantWithMinMaxVarsPerChannel";
   static constexpr bool kHasCudaKernel = true;  // min and max stay on the device
-  explicit FakeQuantWithMinMaxVarsPerChannel(const KernelAttributes& attrs) : bits_(attrs) {}
+  explicit FakeQuantWithMinMaxVarsPerChannel(const KernelAttributes& attrs) : bits_(ReadBits(attrs)) {}
 
   void Compute(KernelContext& ctx) const {
     const Tensor x = ctx.Input(0), min = ctx.Input(1), max = ctx.Input(2);
-    const int64_t depth = RequireChannelRanges(x, min, max);
+    const int64_t depth = CheckChannelRanges(x.shape, min.shape, max.shape);
     float* y = ctx.Output<float>(0, x.shape);
     const int64_t rows = depth > 0 ? x.size / depth : 0;
     if constexpr (kWithCuda) {
@@ -219,12 +178,12 @@ class FakeQuantWithMinMaxVarsPerChannelGradient {
  public:
   static constexpr const char* kName = "FakeQuantWithMinMaxVarsPerChannelGradient";
   static constexpr bool kHasCudaKernel = true;  // min and max stay on the device
-  explicit FakeQuantWithMinMaxVarsPerChannelGradient(const KernelAttributes& attrs) : bits_(attrs) {}
+  explicit FakeQuantWithMinMaxVarsPerChannelGradient(const KernelAttributes& attrs) : bits_(ReadBits(attrs)) {}
 
   void Compute(KernelContext& ctx) const {
     const Tensor g = ctx.Input(0), x = ctx.Input(1), min = ctx.Input(2), max = ctx.Input(3);
-    RequireSameShape(g, x);
-    const int64_t depth = RequireChannelRanges(x, min, max);
+    CheckSameShape(g.shape, x.shape);
+    const int64_t depth = CheckChannelRanges(x.shape, min.shape, max.shape);
     float* dx = ctx.Output<float>(0, x.shape);
     float* dmin = ctx.Output<float>(1, {depth});
     float* dmax = ctx.Output<float>(2, {depth});

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <new>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 
 namespace tfops {
@@ -27,7 +28,7 @@ struct TypeShapeInfoHolder {
 };
 
 // "\"A\", \"B\"": the list TF prints after "is not in the list of allowed values: ".
-std::string JoinChoices(std::initializer_list<const char*> choices) {
+std::string JoinChoices(op_table::Span<const char*> choices) {
   std::string out;
   for (const char* c : choices) {
     if (!out.empty()) out += ", ";
@@ -50,15 +51,6 @@ void Check(OrtStatus* status) {
   throw OrtCallError(code, message);
 }
 
-std::string ShapeString(const Shape& shape) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) {
-    if (i) out += ",";
-    out += std::to_string(shape[i]);
-  }
-  return out + "]";
-}
-
 int64_t NumElements(const Shape& shape) {
   int64_t n = 1;
   for (int64_t d : shape) {
@@ -69,20 +61,6 @@ int64_t NumElements(const Shape& shape) {
     n *= d;
   }
   return n;
-}
-
-std::string FloatString(float value) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof(buffer), "%.*g", 6, static_cast<double>(value));
-  if (std::strtof(buffer, nullptr) != value) std::snprintf(buffer, sizeof(buffer), "%.*g", 9, static_cast<double>(value));
-  return buffer;
-}
-
-std::string DoubleString(double value) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof(buffer), "%.*g", 15, value);
-  if (std::strtod(buffer, nullptr) != value) std::snprintf(buffer, sizeof(buffer), "%.*g", 17, value);
-  return buffer;
 }
 
 const char* ElementTypeName(ONNXTensorElementDataType type) {
@@ -121,7 +99,15 @@ KernelAttributes::Kind KernelAttributes::Probe(const char* name) const {
   return Kind::kMissing;
 }
 
-bool KernelAttributes::Has(const char* name) const { return Probe(name) != Kind::kMissing; }
+const op_table::AttrSpec& KernelAttributes::Declared(const char* name, op_table::AttrKind kind, bool present) const {
+  const op_table::AttrSpec* attr = op_table::FindAttr(op_, name);
+  if (attr == nullptr || attr->kind != kind) {
+    throw std::logic_error(std::string("the adapter reads attribute ") + name +
+                           " in a way its spec does not declare (ort_ops/specs, op_table.generated.h)");
+  }
+  if (!present && attr->required) throw OpError(std::string("missing required attribute ") + name);
+  return *attr;
+}
 
 void KernelAttributes::WrongType(const char* name, const char* expected) const {
   static const char* const kKindNames[] = {"missing", "FLOAT", "INT", "STRING", "INTS", "FLOATS"};
@@ -130,9 +116,10 @@ void KernelAttributes::WrongType(const char* name, const char* expected) const {
                 kKindNames[static_cast<int>(kind)]);
 }
 
-float KernelAttributes::Float(const char* name, float default_value) const {
+float KernelAttributes::Float(const char* name) const {
   const Kind kind = Probe(name);
-  if (kind == Kind::kMissing) return default_value;
+  const op_table::AttrSpec& spec = Declared(name, op_table::AttrKind::kFloat, kind != Kind::kMissing);
+  if (kind == Kind::kMissing) return spec.float_default;
   if (kind == Kind::kFloat) {
     float value;
     Check(Api().KernelInfoGetAttribute_float(info_, name, &value));
@@ -141,9 +128,10 @@ float KernelAttributes::Float(const char* name, float default_value) const {
   WrongType(name, "a FLOAT");
 }
 
-int64_t KernelAttributes::Int(const char* name, int64_t default_value) const {
+int64_t KernelAttributes::Int(const char* name) const {
   const Kind kind = Probe(name);
-  if (kind == Kind::kMissing) return default_value;
+  const op_table::AttrSpec& spec = Declared(name, op_table::AttrKind::kInt, kind != Kind::kMissing);
+  if (kind == Kind::kMissing) return spec.int_default;
   if (kind == Kind::kInt) {
     int64_t value;
     Check(Api().KernelInfoGetAttribute_int64(info_, name, &value));
@@ -152,9 +140,10 @@ int64_t KernelAttributes::Int(const char* name, int64_t default_value) const {
   WrongType(name, "an INT");
 }
 
-bool KernelAttributes::Bool(const char* name, bool default_value) const {
+bool KernelAttributes::Bool(const char* name) const {
   const Kind kind = Probe(name);
-  if (kind == Kind::kMissing) return default_value;
+  const op_table::AttrSpec& spec = Declared(name, op_table::AttrKind::kBool, kind != Kind::kMissing);
+  if (kind == Kind::kMissing) return spec.int_default != 0;
   if (kind != Kind::kInt) WrongType(name, "an INT holding 0 or 1");
   int64_t value;
   Check(Api().KernelInfoGetAttribute_int64(info_, name, &value));
@@ -173,23 +162,23 @@ std::string KernelAttributes::ReadString(const char* name) const {
   return value;
 }
 
-std::string KernelAttributes::String(const char* name, const std::string& default_value,
-                                     std::initializer_list<const char*> choices) const {
+std::string KernelAttributes::String(const char* name) const {
   const Kind kind = Probe(name);
-  if (kind == Kind::kMissing) return default_value;
+  const op_table::AttrSpec& spec = Declared(name, op_table::AttrKind::kString, kind != Kind::kMissing);
+  if (kind == Kind::kMissing) return spec.string_default;
   if (kind != Kind::kString) WrongType(name, "a STRING");
-  std::string value = ReadString(name);
-  if (choices.size() == 0) return value;
-  for (const char* c : choices) {
+  return ReadString(name);
+}
+
+std::string KernelAttributes::Choice(const char* name) const {
+  const std::string value = String(name);
+  const op_table::AttrSpec& spec = *op_table::FindAttr(op_, name);  // String checked it is declared
+  if (spec.choices.size == 0) return value;
+  for (const char* c : spec.choices) {
     if (value == c) return value;
   }
   throw OpError(std::string("Value for attr '") + name + "' of \"" + value + "\" is not in the list of allowed values: " +
-                JoinChoices(choices));
-}
-
-std::string KernelAttributes::RequiredString(const char* name, std::initializer_list<const char*> choices) const {
-  if (Probe(name) == Kind::kMissing) throw OpError(std::string("missing required attribute ") + name);
-  return String(name, "", choices);
+                JoinChoices(spec.choices));
 }
 
 std::vector<int64_t> KernelAttributes::ReadInts(const char* name) const {
@@ -201,16 +190,12 @@ std::vector<int64_t> KernelAttributes::ReadInts(const char* name) const {
   return value;
 }
 
-std::vector<int64_t> KernelAttributes::Ints(const char* name, const std::vector<int64_t>& default_value) const {
+std::vector<int64_t> KernelAttributes::Ints(const char* name) const {
   const Kind kind = Probe(name);
-  if (kind == Kind::kMissing) return default_value;
+  const op_table::AttrSpec& spec = Declared(name, op_table::AttrKind::kInts, kind != Kind::kMissing);
+  if (kind == Kind::kMissing) return std::vector<int64_t>(spec.ints_default.begin(), spec.ints_default.end());
   if (kind != Kind::kInts) WrongType(name, "INTS");
   return ReadInts(name);
-}
-
-std::vector<int64_t> KernelAttributes::RequiredInts(const char* name) const {
-  if (Probe(name) == Kind::kMissing) throw OpError(std::string("missing required attribute ") + name);
-  return Ints(name, {});
 }
 
 // ---------------------------------------------------------------- KernelContext
@@ -368,7 +353,17 @@ const OrtOpAttr* FindAttr(OrtShapeInferContext* context, const char* name) {
 }
 }  // namespace
 
-int64_t ShapeInference::Int(const char* name, int64_t default_value) const {
+const op_table::AttrSpec& ShapeInference::Declared(const char* name, op_table::AttrKind kind) const {
+  const op_table::AttrSpec* attr = op_table::FindAttr(op_, name);
+  if (attr == nullptr || attr->kind != kind) {
+    throw std::logic_error(std::string("shape inference reads attribute ") + name +
+                           " in a way its spec does not declare (ort_ops/specs, op_table.generated.h)");
+  }
+  return *attr;
+}
+
+int64_t ShapeInference::Int(const char* name) const {
+  const int64_t default_value = Declared(name, op_table::AttrKind::kInt).int_default;
   const OrtOpAttr* attr = FindAttr(context_, name);
   if (attr == nullptr) return default_value;
   int64_t value = default_value;
@@ -381,7 +376,9 @@ int64_t ShapeInference::Int(const char* name, int64_t default_value) const {
   return value;
 }
 
-std::vector<int64_t> ShapeInference::Ints(const char* name, const std::vector<int64_t>& default_value) const {
+std::vector<int64_t> ShapeInference::Ints(const char* name) const {
+  const op_table::AttrSpec& spec = Declared(name, op_table::AttrKind::kInts);
+  const std::vector<int64_t> default_value(spec.ints_default.begin(), spec.ints_default.end());
   const OrtOpAttr* attr = FindAttr(context_, name);
   if (attr == nullptr) return default_value;
   std::size_t bytes = 0;
@@ -396,7 +393,8 @@ std::vector<int64_t> ShapeInference::Ints(const char* name, const std::vector<in
   return value;
 }
 
-std::string ShapeInference::String(const char* name, const std::string& default_value) const {
+std::string ShapeInference::String(const char* name) const {
+  const std::string default_value = Declared(name, op_table::AttrKind::kString).string_default;
   const OrtOpAttr* attr = FindAttr(context_, name);
   if (attr == nullptr) return default_value;
   std::size_t bytes = 0;
@@ -455,6 +453,12 @@ OrtStatus* ErrorStatusForNode(const char* op, const std::string& node_name, cons
   std::string text = std::string(op) + ": " + message;
   if (!node_name.empty()) text += " (node " + node_name + ")";
   return Api().CreateStatus(code, text.c_str());
+}
+
+const op_table::OpEntry& TableEntry(const char* op) {
+  const op_table::OpEntry* entry = op_table::FindOp(op);
+  if (entry == nullptr) throw std::logic_error(std::string(op) + " is not in the op table (op_table.generated.h)");
+  return *entry;
 }
 
 OrtStatus* ErrorStatus(const char* op, const OrtKernelInfo* info, const std::exception* error) {

@@ -1,21 +1,34 @@
 // The ONNX Runtime adapter framework: everything that touches ORT's C API lives here and in
-// op_base.cc, so that each op's adapter (cpp_ops/src/ort/*_ops.cc) is a small class that reads and
-// validates attributes, validates inputs, and calls an ORT-free kernel (cpp_ops/src/kernels/).
+// op_base.cc, so that each op's adapter (cpp_ops/src/ort/*_ops.cc) is a small class that reads its
+// attributes, calls the ORT-free checks and kernels (cpp_ops/src/kernels/), and allocates outputs.
+//
+// Conventions every family follows:
+//  * Attributes are read through the op table (op_table.h, GENERATED from ort_ops/specs/ by
+//    `python -m ort_ops.codegen`): KernelAttributes::Float("epsilon") takes the default and the
+//    required-ness from the spec; adapters hold no literal defaults. A new attribute is added to the
+//    spec, the header regenerated, and the adapter reads it by name.
+//  * Validation is ORT-free and lives with the kernels (kernels/<family>.h declares it; the .cc is
+//    <family>.cc, <family>_checks.cc or depthwise_geometry.cc), so the CPU and the CUDA execution
+//    paths run the same checks, and the CUDA host emulations in tests/ can call them too.
+//  * Every problem is reported one way: by throwing tfops::OpError (kernels/op_error.h) with the
+//    problem only, TF's wording where TF has one. Adapters throw the same type for their own few
+//    checks (input counts, attribute types). No check returns a message string.
 //
 // How to write an op (see fake_quant_ops.cc for complete examples):
 //
 //   class MyOp {                                       // one instance per node (ORT "kernel")
 //    public:
-//     static constexpr const char* kName = "MyTfOp";   // the op type in the domain
-//     explicit MyOp(const KernelAttributes& attrs);    // read + validate attributes; throw OpError
-//     void Compute(KernelContext& ctx) const;          // validate inputs, allocate outputs, run;
+//     static constexpr const char* kName = "MyTfOp";   // the op type in the domain (and op table)
+//     explicit MyOp(const KernelAttributes& attrs);    // read + check attributes; throw OpError
+//     void Compute(KernelContext& ctx) const;          // check inputs, allocate outputs, run;
 //                                                      // throw OpError. Must be thread-safe (const).
 //     static void InferShapes(ShapeInference& ctx);    // output shapes at graph-build time; it may
 //                                                      // leave outputs unset, and should only throw
 //                                                      // OpError for input that is certainly bad.
 //   };
 //
-//   // One statically stored CustomOp per type combination, then one registrar per file:
+//   // One statically stored CustomOp per type combination of the spec, then one registrar per file
+//   // (the library refuses to load if these differ from the op table's combinations):
 //   CustomOp<MyOp> my_op_float({kFloat, kFloat}, {kFloat});
 //   const OpRegistrar kRegistered({&my_op_float});
 //
@@ -28,9 +41,9 @@
 // which the host reads (scalars such as min/max, num_bits, input_sizes): ORT hands those over in CPU
 // memory (OrtMemTypeCPUInput). On the CPU EP everything is host memory.
 //
-// OpError messages are the problem only: the framework prefixes "<op name>: " (and the node name),
-// returns ORT_INVALID_ARGUMENT, and turns any other C++ exception into an ORT error as well, so that
-// no exception ever crosses into ORT.
+// The framework turns OpError into ORT_INVALID_ARGUMENT with "<op name>: " before the message (and
+// the node name after it), and any other C++ exception into an ORT error as well, so that no
+// exception ever crosses into ORT.
 #pragma once
 
 #include <onnxruntime_c_api.h>
@@ -46,8 +59,10 @@
 
 #include "kernels/device.h"
 #include "kernels/half.h"
+#include "kernels/op_error.h"
 #include "kernels/parallel.h"
 #include "kernels/simd.h"
+#include "ort/op_table.h"
 
 namespace tfops {
 namespace ort {
@@ -58,16 +73,8 @@ namespace ort {
 const OrtApi& Api();
 void SetApi(const OrtApi* api);
 
-// Bad attributes or inputs of a node. The message names the problem; the op name is added.
-class OpError : public std::runtime_error {
- public:
-  explicit OpError(const std::string& message) : std::runtime_error(message) {}
-};
-
-// For kernels that report a problem as a message string (empty when all is well).
-inline void ThrowIf(const std::string& error) {
-  if (!error.empty()) throw OpError(error);
-}
+// Bad attributes or inputs of a node: tfops::OpError (kernels/op_error.h), thrown by the adapters
+// and by the kernels' checks alike.
 
 // A call into ORT's API failed (out of memory, internal error): carries ORT's message and code.
 class OrtCallError : public std::runtime_error {
@@ -80,12 +87,7 @@ class OrtCallError : public std::runtime_error {
 void Check(OrtStatus* status);
 
 using Shape = std::vector<int64_t>;
-std::string ShapeString(const Shape& shape);  // "[2,3]", the way TF prints shapes in messages
-int64_t NumElements(const Shape& shape);      // throws OpError on negative dims or overflow
-// Numbers the way TF's StrCat prints them in messages: 6 (float) or 15 (double) significant digits,
-// or 9 / 17 when that is needed to read back the same value.
-std::string FloatString(float value);
-std::string DoubleString(double value);
+int64_t NumElements(const Shape& shape);  // throws OpError on negative dims or overflow
 
 constexpr ONNXTensorElementDataType kFloat = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
 constexpr ONNXTensorElementDataType kDouble = ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE;
@@ -112,34 +114,40 @@ const char* ElementTypeName(ONNXTensorElementDataType type);
 
 // ---------------------------------------------------------------- attributes (kernel creation)
 
-// Reads a node's attributes with TF's defaults and validates their ONNX type. ORT never checks
-// custom-op attributes, so a wrong type (e.g. a FLOAT where an INT is expected) is reported here.
-// Bools are INT attributes holding 0 or 1 (how tf2onnx writes them); strings are STRING.
+// Reads a node's attributes through the op table (op_table.h, generated from the specs): the default
+// of an absent attribute and whether it is required come from there, never from the adapter. It
+// validates their ONNX type, which ORT never checks for custom ops (e.g. a FLOAT where an INT is
+// expected). Bools are INT attributes holding 0 or 1 (how tf2onnx writes them); strings are STRING.
+// Asking for an attribute the op's spec does not declare, or with another kind, is a bug in the
+// adapter (std::logic_error, reported as an internal error).
 class KernelAttributes {
  public:
-  explicit KernelAttributes(const OrtKernelInfo* info) : info_(info) {}
+  KernelAttributes(const OrtKernelInfo* info, const op_table::OpEntry& op) : info_(info), op_(op) {}
 
-  float Float(const char* name, float default_value) const;
-  int64_t Int(const char* name, int64_t default_value) const;
-  bool Bool(const char* name, bool default_value) const;
-  // `choices` empty: any string. Otherwise the value must be one of them.
-  std::string String(const char* name, const std::string& default_value,
-                     std::initializer_list<const char*> choices = {}) const;
-  std::string RequiredString(const char* name, std::initializer_list<const char*> choices = {}) const;
-  std::vector<int64_t> Ints(const char* name, const std::vector<int64_t>& default_value) const;
-  std::vector<int64_t> RequiredInts(const char* name) const;
+  float Float(const char* name) const;
+  int64_t Int(const char* name) const;
+  bool Bool(const char* name) const;
+  // Any string: for an adapter that checks the value itself, later or in its own words (batch norm's
+  // data_format, which TF checks after the input ranks).
+  std::string String(const char* name) const;
+  // One of the spec's choices for `name`, or OpError in TF's attr-value wording.
+  std::string Choice(const char* name) const;
+  std::vector<int64_t> Ints(const char* name) const;
 
-  bool Has(const char* name) const;
   const OrtKernelInfo* info() const { return info_; }
 
  private:
   enum class Kind { kMissing, kFloat, kInt, kString, kInts, kFloats };
   Kind Probe(const char* name) const;
+  // The table's entry for `name` (logic_error unless it is declared with `kind`); throws OpError
+  // when the attribute is required and absent (`present` false).
+  const op_table::AttrSpec& Declared(const char* name, op_table::AttrKind kind, bool present) const;
   [[noreturn]] void WrongType(const char* name, const char* expected) const;
   std::string ReadString(const char* name) const;
   std::vector<int64_t> ReadInts(const char* name) const;
 
   const OrtKernelInfo* info_;
+  const op_table::OpEntry& op_;
 };
 
 // ---------------------------------------------------------------- compute
@@ -221,7 +229,7 @@ struct TypeShape {
 
 class ShapeInference {
  public:
-  explicit ShapeInference(OrtShapeInferContext* context) : context_(context) {}
+  ShapeInference(OrtShapeInferContext* context, const op_table::OpEntry& op) : context_(context), op_(op) {}
 
   std::size_t InputCount() const;
   TypeShape Input(std::size_t index) const;
@@ -232,13 +240,17 @@ class ShapeInference {
   // (unknown rank in, unknown rank out) rather than claiming a scalar.
   void SetOutputLike(std::size_t index, const TypeShape& input);
 
-  // Attributes as in KernelAttributes (defaults when absent or unreadable: the kernel reports those).
-  int64_t Int(const char* name, int64_t default_value) const;
-  std::vector<int64_t> Ints(const char* name, const std::vector<int64_t>& default_value) const;
-  std::string String(const char* name, const std::string& default_value) const;
+  // Attributes with the op table's defaults, as KernelAttributes reads them. Absent, unreadable or
+  // required-and-absent ones give the default (empty for a required one): the kernel reports those.
+  int64_t Int(const char* name) const;
+  std::vector<int64_t> Ints(const char* name) const;
+  std::string String(const char* name) const;
 
  private:
+  const op_table::AttrSpec& Declared(const char* name, op_table::AttrKind kind) const;
+
   OrtShapeInferContext* context_;
+  const op_table::OpEntry& op_;
 };
 
 // ---------------------------------------------------------------- the OrtCustomOp adapter
@@ -248,6 +260,9 @@ namespace detail {
 OrtStatus* ErrorStatus(const char* op, const OrtKernelInfo* info, const std::exception* error);
 OrtStatus* ErrorStatusForNode(const char* op, const std::string& node_name, const std::exception* error);
 std::string NodeName(const OrtKernelInfo* info);
+// The op table's entry for an op class's kName (std::logic_error if the table has none; the library
+// also refuses to load then, see CheckRegisteredOps).
+const op_table::OpEntry& TableEntry(const char* op);
 
 // The fields of OrtCustomOp that do not depend on the kernel class.
 void FillCommon(OrtCustomOp* op);
@@ -341,8 +356,9 @@ class CustomOp : public OpDefinition {
         const Provider provider = static_cast<const Entry*>(op)->provider;
         OrtAllocator* allocator = nullptr;
         try {
+          const op_table::OpEntry& entry = detail::TableEntry(K::kName);
           if (provider == Provider::kCuda) Check(Api().KernelInfoGetAllocator(info, OrtMemTypeDefault, &allocator));
-          *kernel = new Kernel{K(KernelAttributes(info)), detail::NodeName(info), provider, allocator};
+          *kernel = new Kernel{K(KernelAttributes(info, entry)), detail::NodeName(info), provider, allocator};
           return nullptr;
         } catch (const std::exception& e) {
           if (allocator != nullptr) Api().ReleaseAllocator(allocator);
@@ -371,7 +387,7 @@ class CustomOp : public OpDefinition {
       OrtCustomOp::KernelDestroy = [](void* kernel) { delete static_cast<Kernel*>(kernel); };
       OrtCustomOp::InferOutputShapeFn = [](const OrtCustomOp*, OrtShapeInferContext* context) -> OrtStatusPtr {
         try {
-          ShapeInference ctx(context);
+          ShapeInference ctx(context, detail::TableEntry(K::kName));
           K::InferShapes(ctx);
           return nullptr;
         } catch (const std::exception& e) {

@@ -1,6 +1,5 @@
 // ORT adapters for QuantizeAndDequantize{V2,V3,V4} and QuantizeAndDequantizeV4Grad (float, double):
-// validation in TF's order and wording (docs/semantics.md sections 2.4 and 2.5, as ort_ops/reference does it),
-// then the kernels in kernels/quantize_dequantize.h (CPU) or kernels/cuda/quantize_dequantize.h (CUDA EP).
+// the checks of kernels/quantize_dequantize_checks.cc (TF's order and wording), then the kernels in kernels/quantize_dequantize.h (CPU) or kernels/cuda/quantize_dequantize.h (CUDA EP).
 //
 // Host inputs on the CUDA EP: the forward ops' input_min/input_max (TF's per-tensor range check reads
 // them; given per-axis ranges become kernel launch arguments, see the CUDA header) and V3's num_bits.
@@ -17,22 +16,6 @@ namespace tfops {
 namespace ort {
 namespace {
 
-std::string Str(int64_t v) { return std::to_string(v); }
-
-template <typename T>
-std::string ValueString(T v);
-template <>
-std::string ValueString<float>(float v) { return FloatString(v); }
-template <>
-std::string ValueString<double>(double v) { return DoubleString(v); }
-
-void CheckNumBits(int64_t num_bits, bool signed_input, const char* signed_label) {
-  if (!(num_bits > 0 && num_bits < (signed_input ? 62 : 63))) {
-    throw OpError("num_bits is out of range: " + Str(num_bits) + " with " + signed_label + " " +
-                  (signed_input ? "1" : "0"));
-  }
-}
-
 // [pre, depth, post] around `axis` (-1: the whole tensor is one channel).
 QdqView ChannelView(const Tensor& x, int64_t axis) {
   QdqView v;
@@ -47,32 +30,6 @@ QdqView ChannelView(const Tensor& x, int64_t axis) {
   v.post = 1;
   for (std::size_t i = axis + 1; i < x.rank(); ++i) v.post *= x.shape[i];
   return v;
-}
-
-// range_given: scalars with min <= max per tensor; vectors of dims[axis] values per axis (the
-// documented intent; TF 2.21 V2/V4 demand scalars here too, so that mode never works there).
-template <typename T>
-void CheckGivenRange(const Tensor& x, const Tensor& mn, const Tensor& mx, int64_t axis) {
-  if (axis == -1) {
-    if (mn.rank() != 0) throw OpError("input_min must be a scalar.");
-    if (mx.rank() != 0) throw OpError("input_max must be a scalar.");
-    const T lo = mn.Scalar<T>(), hi = mx.Scalar<T>();
-    ScopedFlushDenormals flush;  // TF compares with denormals-are-zero on
-    if (!(lo <= hi)) {
-      throw OpError("Invalid range: input_min " + ValueString(lo) + " > input_max " + ValueString(hi));
-    }
-    return;
-  }
-  const int64_t depth = x.shape[axis];
-  if (mn.rank() != 1) throw OpError("Shape must be rank 1 for input_min_tensor when the axis is specified");
-  if (mx.rank() != 1) throw OpError("Shape must be rank 1 for input_max_tensor when the axis is specified");
-  for (const auto* t : {&mn, &mx}) {
-    if (t->shape[0] != depth) {
-      throw OpError(std::string(t == &mn ? "input_min" : "input_max") + "_tensor has incorrect size, was " +
-                    Str(t->shape[0]) + " expected " + Str(depth) + " to match dim " + Str(axis) + " of the input [" +
-                    Str(t->shape[0]) + "]");
-    }
-  }
 }
 
 template <typename T>
@@ -101,25 +58,21 @@ class QuantizeAndDequantizeV2V4 {
   static constexpr unsigned kHostInputs = (1u << 1) | (1u << 2);  // input_min, input_max
 
   explicit QuantizeAndDequantizeV2V4(const KernelAttributes& attrs) {
-    options_.signed_input = attrs.Bool("signed_input", true);
-    options_.num_bits = attrs.Int("num_bits", 8);
-    options_.range_given = attrs.Bool("range_given", false);
-    options_.narrow_range = attrs.Bool("narrow_range", false);
-    CheckNumBits(options_.num_bits, options_.signed_input, "signed_input_");
-    const std::string round_mode = attrs.String("round_mode", "HALF_TO_EVEN", {"HALF_TO_EVEN", "HALF_UP"});
+    options_.signed_input = attrs.Bool("signed_input");
+    options_.num_bits = attrs.Int("num_bits");
+    options_.range_given = attrs.Bool("range_given");
+    options_.narrow_range = attrs.Bool("narrow_range");
+    CheckQdqNumBits(options_.num_bits, options_.signed_input, "signed_input_");
+    const std::string round_mode = attrs.Choice("round_mode");
     options_.round_mode = round_mode == "HALF_UP" ? QdqRoundMode::kHalfUp : QdqRoundMode::kHalfToEven;
-    axis_ = attrs.Int("axis", -1);
-    if (axis_ < -1) throw OpError("Axis must be at least -1. Found " + Str(axis_));
+    axis_ = attrs.Int("axis");
+    CheckQdqAxis(axis_);
   }
 
   void Compute(KernelContext& ctx) const {
     const Tensor x = ctx.Input(0), mn = ctx.Input(1), mx = ctx.Input(2);
-    if (axis_ != -1 && axis_ >= static_cast<int64_t>(x.rank())) {
-      // TF's message names neither the attribute nor the input; ours leads with both.
-      throw OpError("axis " + Str(axis_) + " is out of range for input of rank " + Str(x.rank()) +
-                    ": Shape must be at least rank " + Str(axis_ + 1) + " but is rank " + Str(x.rank()));
-    }
-    if (options_.range_given) CheckGivenRange<T>(x, mn, mx, axis_);
+    CheckQdqAxisInRank(axis_, static_cast<int64_t>(x.rank()));
+    if (options_.range_given) CheckQdqGivenRange<T>(x.shape, mn.shape, mn.Data<T>(), mx.shape, mx.Data<T>(), axis_);
     RunForward<T>(ctx, x, mn, mx, axis_, options_);
   }
   static void InferShapes(ShapeInference& ctx) { SameShapeAs(ctx, 0, 0); }
@@ -137,30 +90,21 @@ class QuantizeAndDequantizeV3 {
   static constexpr unsigned kHostInputs = (1u << 1) | (1u << 2) | (1u << 3);  // input_min, input_max, num_bits
 
   explicit QuantizeAndDequantizeV3(const KernelAttributes& attrs) {
-    options_.signed_input = attrs.Bool("signed_input", true);
-    options_.range_given = attrs.Bool("range_given", true);
-    options_.narrow_range = attrs.Bool("narrow_range", false);
+    options_.signed_input = attrs.Bool("signed_input");
+    options_.range_given = attrs.Bool("range_given");
+    options_.narrow_range = attrs.Bool("narrow_range");
     options_.round_mode = QdqRoundMode::kHalfToEven;
-    axis_ = attrs.Int("axis", -1);
+    axis_ = attrs.Int("axis");
   }
 
   // Everything depends on the input rank or the num_bits tensor, so all checks run here, in TF's order.
   void Compute(KernelContext& ctx) const {
     const Tensor x = ctx.Input(0), mn = ctx.Input(1), mx = ctx.Input(2), bits = ctx.Input(3);
-    const int64_t rank = static_cast<int64_t>(x.rank());
-    if (!(-rank <= axis_ && axis_ < rank)) {
-      throw OpError("Axis requested is larger than input dimensions. Axis: " + Str(axis_) +
-                    " Input Dimensions: " + Str(rank));
-    }
-    // TF 2.21 aborts the process here (CHECK failure, TF issue #94116); its shape function says this.
-    if (axis_ < -1) throw OpError("axis should be at least -1, got " + Str(axis_));
-    if (bits.rank() != 0) {
-      throw OpError("Invalid shape. The `num_bits` tensor should be a scalar. Got dimensions: " + Str(bits.rank()));
-    }
+    CheckQdqV3Inputs(axis_, static_cast<int64_t>(x.rank()), static_cast<int64_t>(bits.rank()));
     QdqOptions options = options_;
     options.num_bits = bits.Scalar<int32_t>();
-    CheckNumBits(options.num_bits, options.signed_input, "`signed_input_`");
-    if (options.range_given) CheckGivenRange<T>(x, mn, mx, axis_);
+    CheckQdqNumBits(options.num_bits, options.signed_input, "`signed_input_`");
+    if (options.range_given) CheckQdqGivenRange<T>(x.shape, mn.shape, mn.Data<T>(), mx.shape, mx.Data<T>(), axis_);
     RunForward<T>(ctx, x, mn, mx, axis_, options);
   }
   static void InferShapes(ShapeInference& ctx) { SameShapeAs(ctx, 0, 0); }
@@ -176,46 +120,11 @@ class QuantizeAndDequantizeV4Grad {
   static constexpr const char* kName = "QuantizeAndDequantizeV4Grad";
   static constexpr bool kHasCudaKernel = true;  // every input in device memory
 
-  explicit QuantizeAndDequantizeV4Grad(const KernelAttributes& attrs) : axis_(attrs.Int("axis", -1)) {
-    if (axis_ < -1) throw OpError("Axis must be at least -1. Found " + Str(axis_));
-  }
+  explicit QuantizeAndDequantizeV4Grad(const KernelAttributes& attrs) : axis_(attrs.Int("axis")) { CheckQdqAxis(axis_); }
 
   void Compute(KernelContext& ctx) const {
     const Tensor g = ctx.Input(0), x = ctx.Input(1), mn = ctx.Input(2), mx = ctx.Input(3);
-    const int64_t rank = static_cast<int64_t>(x.rank());
-    if (axis_ != -1 && axis_ >= rank) {
-      // TF's message, missing space included.
-      throw OpError("Axis should be -1 or 0 or a positive value less than " + Str(rank) +
-                    "but given axis value was " + Str(axis_));
-    }
-    if (g.shape != x.shape) throw OpError("gradient and input must be the same size");
-    for (const auto* t : {&mn, &mx}) {
-      if (t->rank() > 1) {
-        throw OpError(std::string("Input ") + (t == &mn ? "min" : "max") + " tensor must have dimension 0 or 1. Received " +
-                      Str(t->rank()) + ".");
-      }
-    }
-    if (axis_ != -1) {
-      const int64_t depth = x.shape[axis_];
-      for (const auto* t : {&mn, &mx}) {
-        if (t->rank() != 1) {
-          throw OpError(std::string("Shape must be rank 1 for input_") + (t == &mn ? "min" : "max") +
-                        "_tensor when the axis is specified");
-        }
-      }
-      for (const auto* t : {&mn, &mx}) {
-        if (t->shape[0] != depth) {
-          throw OpError(std::string(t == &mn ? "min" : "max") + " has incorrect size, expected " + Str(depth) +
-                        " was " + Str(t->shape[0]));
-        }
-      }
-    } else {
-      for (const auto* t : {&mn, &mx}) {
-        if (t->rank() != 0) {
-          throw OpError(std::string("input_") + (t == &mn ? "min" : "max") + " must be a scalar if axis is unspecified");
-        }
-      }
-    }
+    CheckQdqV4GradInputs(axis_, g.shape, x.shape, mn.shape, mx.shape);
     T* dx = ctx.Output<T>(0, x.shape);
     T* dmin = ctx.Output<T>(1, mn.shape);
     T* dmax = ctx.Output<T>(2, mx.shape);

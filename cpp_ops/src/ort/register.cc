@@ -1,13 +1,15 @@
 // The library's exported symbols: RegisterCustomOps adds the domain ai.onnx.converters.tensorflow,
 // holding every op registered by the *_ops.cc files, to a session; TfOpsCudaKernelCount says how many
 // of those kernels are for the CUDA execution provider (0 in a CPU-only build); TfOpsCpuIsa names
-// the vector ISA the CPU kernels run with (kernels/simd.h).
+// the vector ISA the CPU kernels run with (kernels/simd.h); TfOpsOpTable describes the registered
+// type combinations and the attribute defaults the adapters read (op_table.h).
 #include <cstring>
 #include <mutex>
 #include <string>
 
 #include "kernels/simd.h"
 #include "ort/op_base.h"
+#include "ort/op_table.h"
 
 namespace {
 
@@ -19,6 +21,10 @@ OrtCustomOpDomain* g_domain = nullptr;
 std::mutex g_domain_mutex;
 
 OrtStatus* BuildDomain(const OrtApi& api) {
+  // A library whose registrations drifted from the specs' op table refuses to load rather than
+  // offer types or ops the converters and the Python side do not know.
+  const std::string drift = tfops::ort::op_table::CheckRegisteredOps(tfops::ort::RegisteredOps());
+  if (!drift.empty()) return api.CreateStatus(ORT_FAIL, ("libort_tf_ops: " + drift).c_str());
   OrtCustomOpDomain* domain = nullptr;
   if (OrtStatus* s = api.CreateCustomOpDomain(kDomain, &domain)) return s;
   for (const OrtCustomOp* op : tfops::ort::RegisteredOps()) {
@@ -67,4 +73,12 @@ extern "C" __attribute__((visibility("default"))) int TfOpsCudaKernelCount(void)
 // (TFOPS_ISA caps it), "baseline" in a build without ISA dispatch.
 extern "C" __attribute__((visibility("default"))) const char* TfOpsCpuIsa(void) {
   return tfops::IsaName(tfops::ActiveIsa());
+}
+
+// Needs no ORT: tests/test_cpp_op_table.py compares it with the specs. JSON: "registered", one
+// {"op", "provider", "inputs", "outputs"} per OrtCustomOp (types as ONNX element type numbers), and
+// "attributes", per op the table's {"name", "kind", "required", "default", "choices"}.
+extern "C" __attribute__((visibility("default"))) const char* TfOpsOpTable(void) {
+  static const std::string json = tfops::ort::op_table::DescribeAsJson(tfops::ort::RegisteredOps());
+  return json.c_str();
 }
