@@ -57,6 +57,12 @@ class Lowering:
     def fail(self, reason: str):
         raise LoweringError(self.op_type, self.name, reason)
 
+    def attr(self, name: str, default=None):
+        """An attribute of a TF op outside the domain (the gradient handlers' ops have no spec);
+        the domain's ops read ``attrs``, through their spec."""
+        value = self.node.get_attr_value(name, default)
+        return value.decode() if isinstance(value, bytes) else value
+
     @functools.cached_property
     def spec(self):
         return ort_ops.get_spec(self.op_type)
