@@ -30,6 +30,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+import ort_ops
+from converters.family import tf_attributes
 from ort_ops.schemas import DOMAIN
 
 NHWC_TO_NCHW = [0, 3, 1, 2]
@@ -162,7 +164,7 @@ def _layout_optimizer_class():
             if node.domain != DOMAIN or node.type not in _ELEMENTWISE_DOMAIN:
                 return False
             if node.type.startswith("QuantizeAndDequantize"):
-                return bool(node.get_attr_value("range_given", 1 if node.type == "QuantizeAndDequantizeV3" else 0))
+                return _attrs(node)["range_given"]
             return True
 
         # ----- handlers -----
@@ -178,7 +180,7 @@ def _layout_optimizer_class():
             perm = trans.get_attr_value("perm")
             if perm != NCHW_TO_NHWC:
                 return False
-            axis = node.get_attr_value("axis", -1)
+            axis = _attrs(node)["axis"]
             if not self._switch_transpose_and_node(node, trans):
                 return False
             if axis != -1:  # the node now sees the Transpose's input: dim `axis` of its old input is dim perm[axis]
@@ -271,7 +273,7 @@ def _layout_optimizer_class():
             g.set_dtype(back.output[0], g.get_dtype(dx))
             if fmt is not None:
                 node.set_attr("data_format", fmt)
-            axis = node.get_attr_value("axis", -1) if node.type == "QuantizeAndDequantizeV4Grad" else -1
+            axis = _attrs(node)["axis"] if node.type == "QuantizeAndDequantizeV4Grad" else -1
             if axis != -1:
                 node.set_attr("axis", _moved_axis(axis, perm))
             return True
@@ -311,7 +313,7 @@ def _layout_optimizer_class():
                     if shape:
                         g.set_shape(y, [shape[i] for i in perm])
                         g.set_shape(q.output[0], [shape[i] for i in perm])
-                    axis = q.get_attr_value("axis", -1) if q.type.startswith("QuantizeAndDequantize") else -1
+                    axis = _attrs(q)["axis"] if q.type.startswith("QuantizeAndDequantize") else -1
                     if axis != -1:  # q now reads Transpose(x), whose dim inverse(perm)[axis] is x's dim `axis`
                         q.set_attr("axis", _moved_axis(axis, _inverse(perm)))
                     changed = moved = True
@@ -337,6 +339,11 @@ def _keeps_every_axis(node) -> bool:
     """A Transpose whose perm leaves every axis in place (tf2onnx's loop removes it as useless)."""
     perm = node.get_attr_value("perm")
     return node.type == "Transpose" and bool(perm) and list(perm) == list(range(len(perm)))
+
+
+def _attrs(node) -> dict:
+    """A domain node's attributes read through its spec, TF's defaults filled in."""
+    return tf_attributes(node, ort_ops.get_spec(node.type))
 
 
 def _moved_axis(axis: int, perm) -> int:

@@ -33,18 +33,8 @@ LEAN_BOUND = F32(2.0**-100)
 
 
 def _grid(lw: Lowering):
-    """(quant_min, quant_max) integers from num_bits/narrow_range, validated as TF's kernels do."""
-    num_bits = int(lw.attrs["num_bits"])
-    narrow = bool(lw.attrs["narrow_range"])
-    if not 2 <= num_bits <= 16:
-        lw.fail("num_bits must be between 2 and 16, inclusive")
-    return (1 if narrow else 0), (1 << num_bits) - 1
-
-
-def _check_float32(lw: Lowering, indices):
-    for i in indices:
-        if lw.dtype(i) != FLOAT:
-            lw.fail(f"input {i} must be float32 (the only type TF defines for this op)")
+    """(quant_min, quant_max) integers from num_bits/narrow_range."""
+    return reference.quant_bounds(lw.attrs["num_bits"], lw.attrs["narrow_range"])
 
 
 class Nudged:
@@ -221,38 +211,11 @@ def _constant_range(lw: Lowering, min_index: int):
     return np.asarray(mn, F32), np.asarray(mx, F32)
 
 
-def _flushed_scalar(v) -> np.float32:
-    """A float32 attribute as TF's kernel sees it with denormals-are-zero on (subnormal -> signed zero)."""
-    v = F32(v)
-    return F32(np.copysign(F32(0), v)) if v != 0 and abs(v) < np.finfo(F32).tiny else v
-
-
-def _args_range(lw: Lowering):
-    # Subnormal bounds are signed zeros to TF, so min=-1e-38, max=1e-38 is rejected as "-0 >= 0".
-    mn, mx = _flushed_scalar(lw.attrs["min"]), _flushed_scalar(lw.attrs["max"])
-    if not mn < mx:
-        lw.fail(f"min has to be smaller than max, was: {float(mn):g} >= {float(mx):g}")
-    return mn, mx
-
-
-def _check_same_shape(lw: Lowering):
-    a, b = lw.shape(0), lw.shape(1)
-    if a is not None and b is not None:
-        if len(a) != len(b) or any(p != q and p >= 0 and q >= 0 for p, q in zip(a, b)):
-            lw.fail("gradient and input must be the same size")
-
-
-def _check_rank(lw: Lowering, index: int, name: str, rank: int):
-    r = lw.rank(index)
-    if r is not None and r != rank:
-        lw.fail(f"`{name}` must be rank {rank} but is rank {r}")
-
-
 def lower_args(ctx, node):
     lw = Lowering(ctx, node)
-    _check_float32(lw, [0])
+    lw.validate()  # the spec's checks (ort_ops.checks.fake_quant): what TF rejects fails here
     qmin, qmax = _grid(lw)
-    p = ConstantNudge(*_args_range(lw), qmin, qmax)
+    p = ConstantNudge(lw.attrs["min"], lw.attrs["max"], qmin, qmax)
     lw.take_over()
     x = lw.inputs[0]
     lw.emit(0, _lean_forward(lw, x, p, False) if p.lean_exact(False) else fake_quant(lw, x, p.as_graph(lw), False))
@@ -260,10 +223,9 @@ def lower_args(ctx, node):
 
 def lower_args_gradient(ctx, node):
     lw = Lowering(ctx, node)
-    _check_float32(lw, [0, 1])
-    _check_same_shape(lw)
+    lw.validate()
     qmin, qmax = _grid(lw)
-    p = ConstantNudge(*_args_range(lw), qmin, qmax)
+    p = ConstantNudge(lw.attrs["min"], lw.attrs["max"], qmin, qmax)
     lw.take_over()
     lo, hi = (lw.const(b, F32) for b in _constant_daz_bounds(p))
     lw.emit(0, _lean_gradients(lw, lw.inputs[0], lw.inputs[1], lo, hi, with_range=False)[0])
@@ -271,10 +233,8 @@ def lower_args_gradient(ctx, node):
 
 def lower_vars(ctx, node):
     lw = Lowering(ctx, node)
-    _check_float32(lw, [0, 1, 2])
+    lw.validate()
     qmin, qmax = _grid(lw)
-    _check_rank(lw, 1, "min", 0)
-    _check_rank(lw, 2, "max", 0)
     constant = _constant_range(lw, 1)
     lw.take_over()
     x, mn, mx = lw.inputs
@@ -294,11 +254,8 @@ def lower_vars(ctx, node):
 
 def lower_vars_gradient(ctx, node):
     lw = Lowering(ctx, node)
-    _check_float32(lw, [0, 1, 2, 3])
-    _check_same_shape(lw)
+    lw.validate()
     qmin, qmax = _grid(lw)
-    _check_rank(lw, 2, "min", 0)
-    _check_rank(lw, 3, "max", 0)
     constant = _constant_range(lw, 2)
     lw.take_over()
     raw_g, x, mn, mx = lw.inputs
@@ -328,27 +285,10 @@ def lower_vars_gradient(ctx, node):
     lw.emit(2, lw.where(both_zero, zero, dmax, F32))
 
 
-def _check_per_channel(lw: Lowering, x_index: int, min_index: int):
-    r = lw.rank(x_index)
-    if r is not None and r < 1:
-        lw.fail("input must be at least rank 1")
-    x_shape = lw.shape(x_index)
-    d = x_shape[-1] if x_shape else -1
-    for name, i in (("min", min_index), ("max", min_index + 1)):
-        s = lw.shape(i)
-        if s is None:
-            continue
-        if len(s) != 1:
-            lw.fail(f"`{name}` must be rank 1 but is rank {len(s)}")
-        if d is not None and d >= 0 and s[0] >= 0 and s[0] != d:
-            lw.fail(f"{name} has incorrect size, expected {d} was {s[0]}")
-
-
 def lower_vars_per_channel(ctx, node):
     lw = Lowering(ctx, node)
-    _check_float32(lw, [0, 1, 2])
+    lw.validate()
     qmin, qmax = _grid(lw)
-    _check_per_channel(lw, 0, 1)
     constant = _constant_range(lw, 1)
     lw.take_over()
     x, mn, mx = lw.inputs
@@ -368,10 +308,8 @@ def lower_vars_per_channel(ctx, node):
 
 def lower_vars_per_channel_gradient(ctx, node):
     lw = Lowering(ctx, node)
-    _check_float32(lw, [0, 1, 2, 3])
-    _check_same_shape(lw)
+    lw.validate()
     qmin, qmax = _grid(lw)
-    _check_per_channel(lw, 1, 2)
     constant = _constant_range(lw, 2)
     lw.take_over()
     raw_g, x, mn, mx = lw.inputs

@@ -26,68 +26,21 @@ from onnx import TensorProto
 from converters.standard._builder import NP_TYPES, Lowering
 from ort_ops.reference import _qdq_eigen_order as order
 from ort_ops.reference import _quantize_dequantize as reference
-from ort_ops.specs.quantize_dequantize import axis_rank_message
-
-SUPPORTED = (TensorProto.FLOAT, TensorProto.DOUBLE)
 
 
-def _element_type(lw: Lowering, indices):
-    t = lw.dtype(indices[0])
-    if t not in SUPPORTED:
-        lw.fail("only float32 and float64 are supported (TF has no kernel for other types)")
-    for i in indices[1:]:
-        if lw.dtype(i) != t:
-            lw.fail("all float inputs must have the same type")
-    return t, NP_TYPES[t]
-
-
-def _grid(lw: Lowering, signed: bool, num_bits: int, narrow: bool, label: str):
-    """(min_q, max_q) as TF's int64 values."""
-    if not 0 < num_bits < (62 if signed else 63):
-        lw.fail(f"num_bits is out of range: {num_bits} with {label} {int(signed)}")
-    if signed:
-        return (-(1 << (num_bits - 1)) + (1 if narrow else 0)), (1 << (num_bits - 1)) - 1
-    return 0, (1 << num_bits) - 1
-
-
-def _axis(lw: Lowering, axis: int, op_label: str):
-    """Validate axis; return the input rank when per-axis (it must be known), else None."""
-    if axis < -1:
-        lw.fail(f"Axis must be at least -1. Found {axis}")
+def _rank_for_axis(lw: Lowering, axis: int, x_index: int):
+    """The input's rank when per-axis (this lowering needs it at conversion time), else None."""
     if axis == -1:
         return None
-    rank = lw.rank(1 if op_label == "grad" else 0)
+    rank = lw.rank(x_index)
     if rank is None:
         lw.fail("per-axis quantization needs the input's rank at conversion time")
-    if axis >= rank:
-        lw.fail(axis_rank_message(axis, rank))
     return rank
 
 
 def _per_axis_view(lw: Lowering, v: str, axis: int, rank: int) -> str:
     """A [D] vector reshaped to broadcast along ``axis`` of a rank-``rank`` tensor."""
     return lw.op("Reshape", v, lw.const([-1] + [1] * (rank - 1 - axis), np.int64))
-
-
-def _check_range_shape(lw: Lowering, axis: int, rank):
-    for i, name in ((1, "input_min"), (2, "input_max")):
-        r = lw.rank(i)
-        if axis == -1 and r is not None and r != 0:
-            lw.fail(f"{name} must be a scalar.")
-        if axis != -1 and r is not None and r != 1:
-            lw.fail(f"Shape must be rank 1 for {name}_tensor when the axis is specified")
-    if axis != -1:
-        x, s = lw.shape(0), lw.shape(1)
-        if x and s and x[axis] >= 0 and s[0] >= 0 and s[0] != x[axis]:
-            lw.fail(f"input_min_tensor has incorrect size, was {s[0]} expected {x[axis]} to match dim {axis} of the input")
-
-
-def _check_constant_range(lw: Lowering, axis: int):
-    """A range given as constants is checked like TF's kernel does at run time (not min <= max: a NaN
-    end is an invalid range too). A range computed in the graph cannot be: ONNX has no run-time error."""
-    mn, mx = lw.constant_value(1), lw.constant_value(2)
-    if axis == -1 and mn is not None and mx is not None and not float(mn) <= float(mx):
-        lw.fail(f"Invalid range: input_min {float(mn):g} > input_max {float(mx):g}")
 
 
 def quantize_dequantize(lw, x, mn, mx, min_q, max_q, np_type, range_given: bool, half_up: bool,
@@ -497,31 +450,21 @@ def _given_range_tails(lw: Lowering, out: str, x: str, inv: str, axis: int, rank
 
 def _lower_forward(ctx, node, version: int):
     lw = Lowering(ctx, node)
-    t, np_type = _element_type(lw, [0, 1, 2])
-    signed = bool(lw.attrs["signed_input"])
-    narrow = bool(lw.attrs["narrow_range"])
-    axis = int(lw.attrs["axis"])
+    lw.validate()  # the spec's checks (ort_ops.checks.quantize_dequantize): what TF rejects fails here
+    np_type = NP_TYPES[lw.dtype(0)]  # T: float32 or float64 (the spec's types)
+    attrs = lw.attrs
+    signed, narrow, axis, range_given = attrs["signed_input"], attrs["narrow_range"], attrs["axis"], attrs["range_given"]
     if version == 3:
-        range_given = bool(lw.attrs["range_given"])
         half_up = False
         bits = lw.constant_value(3)
         if bits is None:
             lw.fail("num_bits must be a constant for the standard lowering (its range cannot be checked at run time)")
-        if bits.ndim != 0:
-            lw.fail(f"Invalid shape. The `num_bits` tensor should be a scalar. Got dimensions: {bits.ndim}")
-        num_bits, label = int(bits), "`signed_input_`"
+        num_bits = int(bits)
     else:
-        range_given = bool(lw.attrs["range_given"])
-        mode = lw.attrs["round_mode"]
-        if mode not in ("HALF_TO_EVEN", "HALF_UP"):
-            lw.fail(f"round_mode must be HALF_TO_EVEN or HALF_UP, got {mode!r}")
-        half_up = mode == "HALF_UP"
-        num_bits, label = int(lw.attrs["num_bits"]), "signed_input_"
-    min_q, max_q = _grid(lw, signed, num_bits, narrow, label)
-    rank = _axis(lw, axis, "forward")
-    if range_given:
-        _check_range_shape(lw, axis, rank)
-        _check_constant_range(lw, axis)
+        half_up = attrs["round_mode"] == "HALF_UP"
+        num_bits = attrs["num_bits"]
+    min_q, max_q = reference.quantized_bounds(signed, num_bits, narrow)
+    rank = _rank_for_axis(lw, axis, 0)
     constant = (lw.constant_value(1), lw.constant_value(2)) if range_given else (None, None)
     lw.take_over()
     x = lw.inputs[0]
@@ -574,20 +517,11 @@ def _lean_grad_bounds(lw: Lowering, mn, mx, axis: int, rank, np_type):
 
 def lower_v4_grad(ctx, node):
     lw = Lowering(ctx, node)
-    t, np_type = _element_type(lw, [0, 1, 2, 3])
-    axis = int(lw.attrs["axis"])
-    rank = _axis(lw, axis, "grad")
-    g_shape, x_shape = lw.shape(0), lw.shape(1)
-    if g_shape is not None and x_shape is not None and (
-        len(g_shape) != len(x_shape) or any(a != b and a >= 0 and b >= 0 for a, b in zip(g_shape, x_shape))
-    ):
-        lw.fail("gradient and input must be the same size")
-    for i in (2, 3):
-        r = lw.rank(i)
-        if r is not None and r > 1:
-            lw.fail(f"Input min tensor must have dimension 0 or 1. Received {r}.")
-        if axis == -1 and r is not None and r != 0:
-            lw.fail("input_min must be a scalar if axis is unspecified")
+    lw.validate()
+    t = lw.dtype(0)
+    np_type = NP_TYPES[t]
+    axis = lw.attrs["axis"]
+    rank = _rank_for_axis(lw, axis, 1)
     constant = lw.constant_value(2), lw.constant_value(3)
     lw.take_over()
     g, x, mn, mx = lw.inputs

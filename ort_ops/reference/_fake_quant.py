@@ -4,12 +4,13 @@ Every intermediate is kept in float32 on purpose: NumPy would silently promote a
 combined with a Python float to float64, which changes results in the last ulp. The clamps use
 Eigen's ``cwiseMin``/``cwiseMax`` semantics (``std::min``/``std::max``: when a comparison involves
 NaN, the first operand wins), so a NaN input stays NaN while a NaN bound is ignored.
+
+The kernels run behind ``OpSpec.validate`` (the rules in ``ort_ops.checks.fake_quant``): what they get
+is valid, float32 arrays included.
 """
 from __future__ import annotations
 
 import numpy as np
-
-from ort_ops.spec import OpError
 
 F32 = np.float32
 
@@ -22,11 +23,6 @@ def flush(a):
     with np.errstate(invalid="ignore"):
         sub = (np.abs(a) < tiny) & (a != 0)
     return np.where(sub, np.copysign(np.zeros((), a.dtype), a), a).astype(a.dtype) if sub.any() else a
-
-
-def check_num_bits(op: str, num_bits: int) -> None:
-    if not 2 <= num_bits <= 16:
-        raise OpError(op, "num_bits must be between 2 and 16, inclusive")
 
 
 def quant_bounds(num_bits: int, narrow_range: bool):
@@ -42,17 +38,6 @@ def eigen_min(a, b):
 def eigen_max(a, b):
     """``std::max(a, b)``: b if a < b, else a."""
     return np.where(a < b, b, a)
-
-
-def format_float(value) -> str:
-    """A float32 the way TensorFlow's StrCat prints it: %.6g when that reads back exactly, else %.9g."""
-    v = F32(value)
-    if np.isnan(v):
-        return "-nan" if np.signbit(v) else "nan"
-    if np.isinf(v):
-        return "-inf" if v < 0 else "inf"
-    short = "%.6g" % float(v)
-    return short if F32(float(short)) == v else "%.9g" % float(v)
 
 
 def nudge(min_val, max_val, quant_min: int, quant_max: int):
@@ -189,47 +174,6 @@ def _halving_sum(v):
     right = _halving_sum(v[split:])
     with np.errstate(all="ignore"):
         return F32((F32(0) + left) + right)
-
-
-def as_float32(op: str, name: str, value) -> np.ndarray:
-    """The input as a float32 array; TF's kernels for this family exist only for float32."""
-    arr = np.asarray(value)
-    if arr.dtype != F32:
-        raise OpError(op, f"{name} must be float32, got {arr.dtype}")
-    return arr
-
-
-def check_same_size(op: str, gradients, inputs) -> None:
-    if gradients.shape != inputs.shape:
-        raise OpError(op, "gradient and input must be the same size")
-
-
-def check_args_range(op: str, min_val: float, max_val: float) -> None:
-    # TF compares (and prints) the float32 attributes with denormals-are-zero on: subnormal bounds are
-    # signed zeros, so min=-1e-38, max=1e-38 is rejected as "-0 >= 0".
-    min_val, max_val = flush(F32(min_val)), flush(F32(max_val))
-    if not min_val < max_val:
-        raise OpError(op, f"min has to be smaller than max, was: {format_float(min_val)} >= {format_float(max_val)}")
-
-
-def check_scalar_range(op: str, mn, mx) -> None:
-    for name, t in (("min", mn), ("max", mx)):
-        if t.ndim != 0:
-            raise OpError(op, f"`{name}` must be rank 0 but is rank {t.ndim}")
-
-
-def check_channel_range(op: str, x, mn, mx) -> int:
-    """Validates PerChannel inputs and returns the channel count (the last dim of ``x``)."""
-    if x.ndim < 1:
-        # TF 2.21 aborts the process here (CHECK failure); newer TF sources reject it with this message.
-        raise OpError(op, "input must be at least rank 1")
-    depth = x.shape[-1]
-    for name, t in (("min", mn), ("max", mx)):
-        if t.ndim != 1:
-            raise OpError(op, f"`{name}` must be rank 1 but is rank {t.ndim}")
-        if t.shape[0] != depth:
-            raise OpError(op, f"{name} has incorrect size, expected {depth} was {t.shape[0]}")
-    return depth
 
 
 def vars_params(mn, mx, num_bits: int, narrow_range: bool):

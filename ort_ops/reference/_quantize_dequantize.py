@@ -3,6 +3,9 @@
 T is float32 or float64 and every intermediate stays in T (NumPy would otherwise promote a
 float32 array combined with a Python number). Clamps follow Eigen's ``cwiseMin``/``cwiseMax``
 (``std::min``/``std::max``: a NaN first operand wins, a NaN bound is ignored).
+
+The kernels run behind ``OpSpec.validate`` (the rules in ``ort_ops.checks.quantize_dequantize``): what
+they get is valid.
 """
 from __future__ import annotations
 
@@ -10,42 +13,9 @@ import numpy as np
 
 from ort_ops.reference import _qdq_eigen_order as order
 from ort_ops.reference._fake_quant import eigen_max, eigen_min, flush
-from ort_ops.spec import OpError
-from ort_ops.specs.quantize_dequantize import axis_rank_message
 
 HALF_TO_EVEN = "HALF_TO_EVEN"
 HALF_UP = "HALF_UP"
-
-
-def format_value(value) -> str:
-    """A float the way TensorFlow's StrCat prints it: the shortest of %.6g/%.9g (float32) or
-    %.15g/%.17g (float64) that reads back exactly."""
-    v = np.asarray(value)
-    t = v.dtype.type
-    if np.isnan(v):
-        return "-nan" if np.signbit(v) else "nan"
-    if np.isinf(v):
-        return "-inf" if v < 0 else "inf"
-    short, long_ = ("%.6g", "%.9g") if v.dtype == np.float32 else ("%.15g", "%.17g")
-    text = short % float(v)
-    return text if t(float(text)) == v else long_ % float(v)
-
-
-def check_dtypes(op: str, named_arrays) -> np.dtype:
-    """All T-typed tensors must share one dtype, float32 or float64 (TF's CPU kernels)."""
-    dtype = None
-    for name, arr in named_arrays:
-        if arr.dtype not in (np.float32, np.float64):
-            raise OpError(op, f"{name} must be float32 or float64, got {arr.dtype}")
-        if dtype is not None and arr.dtype != dtype:
-            raise OpError(op, f"{name} must have the same type as input ({dtype}), got {arr.dtype}")
-        dtype = dtype or arr.dtype
-    return dtype
-
-
-def check_num_bits(op: str, num_bits: int, signed_input: bool, signed_label: str) -> None:
-    if not 0 < num_bits < (62 if signed_input else 63):
-        raise OpError(op, f"num_bits is out of range: {num_bits} with {signed_label} {int(signed_input)}")
 
 
 def quantized_bounds(signed_input: bool, num_bits: int, narrow_range: bool):
@@ -127,7 +97,8 @@ def data_range(x3, per_axis: bool):
 
 
 def forward(x, input_min, input_max, *, signed_input, num_bits, range_given, round_mode, narrow_range, axis):
-    """QuantizeAndDequantize after validation: per tensor (axis -1) or per channel of ``axis``."""
+    """The QuantizeAndDequantize kernel (V2 and V4 are one TF class; V3 passes HALF_TO_EVEN): per tensor
+    (axis -1) or per channel of ``axis``."""
     x3 = channel_view(x, axis)
     t = x.dtype.type
     if range_given:
@@ -147,50 +118,3 @@ def forward(x, input_min, input_max, *, signed_input, num_bits, range_given, rou
     )
     return out.reshape(x.shape)
 
-
-def check_axis_v2(op: str, x, axis: int) -> None:
-    if axis < -1:
-        raise OpError(op, f"Axis must be at least -1. Found {axis}")
-    if axis != -1 and axis >= x.ndim:
-        raise OpError(op, axis_rank_message(axis, x.ndim))
-
-
-def check_given_range(op: str, x, mn, mx, axis: int) -> None:
-    """Validation of input_min/input_max when range_given.
-
-    Per tensor: scalars with min <= max. Per axis: vectors of dims[axis] values. TF 2.21 V2/V4
-    also apply the scalar check per axis (so that mode can never
-    work there); here it applies only per tensor, as the op's docs intend.
-    """
-    if axis == -1:
-        for name, t in (("input_min", mn), ("input_max", mx)):
-            if t.ndim != 0:
-                raise OpError(op, f"{name} must be a scalar.")
-        if not mn <= mx:
-            raise OpError(op, f"Invalid range: input_min {format_value(mn)} > input_max {format_value(mx)}")
-        return
-    depth = x.shape[axis]
-    for name, t in (("input_min", mn), ("input_max", mx)):
-        if t.ndim != 1:
-            raise OpError(op, f"Shape must be rank 1 for {name}_tensor when the axis is specified")
-    for name, t in (("input_min", mn), ("input_max", mx)):
-        if t.shape[0] != depth:
-            raise OpError(
-                op, f"{name}_tensor has incorrect size, was {t.shape[0]} expected {depth} to match dim {axis} of the input [{t.shape[0]}]"
-            )
-
-
-def v2_v4(op: str, input, input_min, input_max, *, signed_input, num_bits, range_given, round_mode, narrow_range, axis):  # noqa: A002
-    """The shared V2/V4 kernel (TF registers the same class for both)."""
-    check_num_bits(op, num_bits, signed_input, "signed_input_")
-    x = np.asarray(input)
-    mn = np.asarray(input_min)
-    mx = np.asarray(input_max)
-    check_dtypes(op, (("input", x), ("input_min", mn), ("input_max", mx)))
-    if round_mode not in (HALF_TO_EVEN, HALF_UP):
-        raise OpError(op, f"Value for attr 'round_mode' of \"{round_mode}\" is not in the list of allowed values: \"HALF_TO_EVEN\", \"HALF_UP\"")
-    check_axis_v2(op, x, axis)
-    if range_given:
-        check_given_range(op, x, mn, mx, axis)
-    return forward(x, mn, mx, signed_input=signed_input, num_bits=num_bits, range_given=range_given,
-                   round_mode=round_mode, narrow_range=narrow_range, axis=axis)

@@ -1,6 +1,6 @@
 """FakeQuantWithMinMax{Args,Vars,VarsPerChannel} and their gradients (float32 only)."""
-from ort_ops.spec import FLOAT, Attr, OpError, OpSpec, Param, snake_case
-from ort_ops.specs._shapes import merge_shapes, require_rank, same_as
+from ort_ops.checks import fake_quant as rules
+from ort_ops.spec import FLOAT, Attr, OpSpec, Param, snake_case
 
 FAMILY = "fake_quant"
 
@@ -22,56 +22,48 @@ MIN1 = Param("min", FLOAT, "per-channel lower ends, shape [d] (d = last dim of i
 MAX1 = Param("max", FLOAT, "per-channel upper ends, shape [d]")
 
 
-def _grad_input_shape(op, shapes):
-    return merge_shapes(op, "gradient and input must be the same size", shapes[0], shapes[1])
+def _args_shape(shapes, values, attrs):
+    op = "FakeQuantWithMinMaxArgs"
+    rules.args_range(op, attrs)
+    rules.num_bits(op, attrs)
+    return [shapes[0]]
 
 
-def _scalar_ranges(op, shapes, first):
-    require_rank(op, "min", shapes[first], 0)
-    require_rank(op, "max", shapes[first + 1], 0)
-
-
-def _channel_count(op, x, mn, mx):
-    if x is not None and len(x) < 1:
-        raise OpError(op, "input must be at least rank 1")
-    d = None if x is None else x[-1]
-    for name, s in (("min", mn), ("max", mx)):
-        if s is None:
-            continue
-        if len(s) != 1:
-            raise OpError(op, f"`{name}` must be rank 1 but is rank {len(s)}")
-        if d is not None and s[0] is not None and s[0] != d:
-            raise OpError(op, f"{name} has incorrect size, expected {d} was {s[0]}")
-        d = d if d is not None else s[0]
-    return d
+def _args_grad_shape(shapes, values, attrs):
+    op = "FakeQuantWithMinMaxArgsGradient"
+    rules.args_range(op, attrs)
+    rules.num_bits(op, attrs)
+    return [rules.same_shape_binary(op, shapes[0], shapes[1])]
 
 
 def _vars_shape(shapes, values, attrs):
-    _scalar_ranges("FakeQuantWithMinMaxVars", shapes, 1)
+    op = "FakeQuantWithMinMaxVars"
+    rules.num_bits(op, attrs)
+    rules.scalar_range(op, shapes[1], shapes[2])
     return [shapes[0]]
 
 
 def _vars_grad_shape(shapes, values, attrs):
     op = "FakeQuantWithMinMaxVarsGradient"
-    x = _grad_input_shape(op, shapes)
-    _scalar_ranges(op, shapes, 2)
+    rules.num_bits(op, attrs)
+    x = rules.gradient_same_size(op, shapes[0], shapes[1])
+    rules.scalar_range(op, shapes[2], shapes[3])
     return [x, (), ()]
 
 
 def _per_channel_shape(shapes, values, attrs):
-    _channel_count("FakeQuantWithMinMaxVarsPerChannel", shapes[0], shapes[1], shapes[2])
+    op = "FakeQuantWithMinMaxVarsPerChannel"
+    rules.num_bits(op, attrs)
+    rules.channel_count(op, shapes[0], shapes[1], shapes[2])
     return [shapes[0]]
 
 
 def _per_channel_grad_shape(shapes, values, attrs):
     op = "FakeQuantWithMinMaxVarsPerChannelGradient"
-    x = _grad_input_shape(op, shapes)
-    d = _channel_count(op, x, shapes[2], shapes[3])
+    rules.num_bits(op, attrs)
+    x = rules.gradient_same_size(op, shapes[0], shapes[1])
+    d = rules.channel_count(op, x, shapes[2], shapes[3])
     return [x, (d,), (d,)]
-
-
-def _args_grad_shape(shapes, values, attrs):
-    return [_grad_input_shape("FakeQuantWithMinMaxArgsGradient", shapes)]
 
 
 def _spec(name, doc, inputs, outputs, attrs, shape_fn, deviations=()):
@@ -102,7 +94,7 @@ SPECS = (
         (X,),
         (Param("outputs", FLOAT),),
         ARGS_ATTRS,
-        same_as(0),
+        _args_shape,
     ),
     _spec(
         "FakeQuantWithMinMaxArgsGradient",

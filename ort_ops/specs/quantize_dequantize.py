@@ -1,5 +1,6 @@
 """QuantizeAndDequantize{V2,V3,V4} and QuantizeAndDequantizeV4Grad (float32 and float64)."""
-from ort_ops.spec import DOUBLE, FLOAT, INT32, Attr, OpError, OpSpec, Param, snake_case
+from ort_ops.checks import quantize_dequantize as rules
+from ort_ops.spec import DOUBLE, FLOAT, INT32, Attr, OpSpec, Param, snake_case
 
 FAMILY = "quantize_dequantize"
 TYPES = {"T": (FLOAT, DOUBLE)}
@@ -27,40 +28,35 @@ PER_AXIS_RANGE_FIX = (
 )
 
 
-def axis_rank_message(axis, rank):
-    """TF's message names neither the attribute nor the input; ours leads with both."""
-    return f"axis {axis} is out of range for input of rank {rank}: Shape must be at least rank {axis + 1} but is rank {rank}"
-
-
-def _check_axis(op, shape, axis):
-    if axis < -1:
-        raise OpError(op, f"Axis must be at least -1. Found {axis}")
-    if shape is not None and axis >= len(shape):
-        raise OpError(op, axis_rank_message(axis, len(shape)))
-
-
-def _forward_shape(op):
+def _v2_v4_shape(op):
     def fn(shapes, values, attrs):
-        _check_axis(op, shapes[0], attrs["axis"])
+        rules.num_bits(op, attrs["num_bits"], attrs["signed_input"], "signed_input_")
+        rules.axis_at_least_minus_one(op, attrs["axis"])
+        rules.axis_within_rank(op, shapes[0], attrs["axis"])
+        if attrs["range_given"]:
+            rules.given_range(op, shapes[0], shapes[1:3], values[1:3], attrs["axis"])
         return [shapes[0]]
 
     return fn
 
 
+def _v3_shape(shapes, values, attrs):
+    op = "QuantizeAndDequantizeV3"
+    # The constructor checks nothing: everything depends on the input rank or the num_bits tensor.
+    rules.v3_axis(op, shapes[0], attrs["axis"])
+    rules.v3_num_bits(op, shapes[3], values[3], attrs["signed_input"])
+    if attrs["range_given"]:
+        rules.given_range(op, shapes[0], shapes[1:3], values[1:3], attrs["axis"])
+    return [shapes[0]]
+
+
 def _v4_grad_shape(shapes, values, attrs):
     op = "QuantizeAndDequantizeV4Grad"
-    g, x = shapes[0], shapes[1]
-    _check_axis(op, x, attrs["axis"])
-    if g is not None and x is not None and len(g) == len(x):
-        for a, b in zip(g, x):
-            if a is not None and b is not None and a != b:
-                raise OpError(op, "gradient and input must be the same size")
-    elif g is not None and x is not None:
-        raise OpError(op, "gradient and input must be the same size")
-    for s in shapes[2:]:
-        if s is not None and len(s) > 1:
-            raise OpError(op, f"Input min tensor must have dimension 0 or 1. Received {len(s)}.")
-    return [x if x is not None else g, shapes[2], shapes[3]]
+    rules.axis_at_least_minus_one(op, attrs["axis"])
+    rules.grad_axis_within_rank(op, shapes[1], attrs["axis"])
+    x = rules.gradient_same_size(op, shapes[0], shapes[1])
+    rules.grad_range_shapes(op, x, shapes[2], shapes[3], attrs["axis"])
+    return [x, shapes[2], shapes[3]]
 
 
 def _spec(name, doc, inputs, outputs, attrs, shape_fn, deviations=()):
@@ -86,7 +82,7 @@ SPECS = (
         (INPUT, IN_MIN, IN_MAX),
         OUTPUT,
         V2_ATTRS,
-        _forward_shape("QuantizeAndDequantizeV2"),
+        _v2_v4_shape("QuantizeAndDequantizeV2"),
         deviations=(PER_AXIS_RANGE_FIX,),
     ),
     _spec(
@@ -95,7 +91,7 @@ SPECS = (
         (INPUT, IN_MIN, IN_MAX, Param("num_bits", INT32, "scalar bit width")),
         OUTPUT,
         V3_ATTRS,
-        _forward_shape("QuantizeAndDequantizeV3"),
+        _v3_shape,
         deviations=(
             "axis < -1 and non-scalar input_min/input_max with axis=-1 are rejected with an error; TF 2.21 "
             "aborts the process on both (CHECK failures, TF issues #94116 and #99458).",
@@ -107,7 +103,7 @@ SPECS = (
         (INPUT, IN_MIN, IN_MAX),
         OUTPUT,
         V2_ATTRS,
-        _forward_shape("QuantizeAndDequantizeV4"),
+        _v2_v4_shape("QuantizeAndDequantizeV4"),
         deviations=(PER_AXIS_RANGE_FIX,),
     ),
     _spec(
