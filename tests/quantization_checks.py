@@ -1,7 +1,8 @@
 """How quantization outputs are compared with TensorFlow's: bit for bit, NaN signs and payloads included.
 
-The one exception is the summed min/max gradients of FakeQuantWithMinMaxVarsGradient and
-...PerChannelGradient: which NaN, and which rounding, a sum keeps depends on its order.
+The one exception is the outputs the spec flags ``summed`` (the min/max gradients of
+FakeQuantWithMinMaxVarsGradient and ...PerChannelGradient): which NaN, and which rounding, a sum keeps
+depends on its order.
 """
 from __future__ import annotations
 
@@ -10,9 +11,8 @@ import re
 import numpy as np
 import pytest
 
+import ort_ops
 from backends import BackendError, run
-
-SUMMED = {"FakeQuantWithMinMaxVarsGradient", "FakeQuantWithMinMaxVarsPerChannelGradient"}
 
 
 def bit_mismatch(expected, actual):
@@ -45,11 +45,12 @@ def sum_mismatch(expected, actual, gradients):
 
 
 def outputs_mismatch(op, inputs, expected, actual):
-    """Every output bit for bit, except the summed gradients of SUMMED ops (to ``sum_mismatch``'s tolerance)."""
+    """Every output bit for bit, except the spec's summed outputs (to ``sum_mismatch``'s tolerance)."""
     if len(expected) != len(actual):
         return f"{len(actual)} outputs, expected {len(expected)}"
+    summed = ort_ops.get_spec(op).summed_outputs()
     for k, (e, a) in enumerate(zip(expected, actual)):
-        why = sum_mismatch(e, a, inputs[0]) if (op in SUMMED and k > 0) else bit_mismatch(e, a)
+        why = sum_mismatch(e, a, inputs[0]) if k in summed else bit_mismatch(e, a)
         if why:
             return f"output {k}: {why}"
     return None

@@ -104,12 +104,12 @@ def check_parity(op, inputs, attrs):
     got4 = run_ort(op, inputs, attrs, threads=4)
     got1 = run_ort(op, inputs, attrs, threads=1)
     assert len(got4) == len(expected)
+    summed = ort_ops.get_spec(op).summed_outputs()
     for k, (e, a, b) in enumerate(zip(expected, got4, got1)):
         assert same_bits(a, b), f"{op} output {k}: 1 vs 4 threads differ"
-        # A summed FakeQuant gradient (backprop_wrt_min/max) of NaN terms keeps whichever NaN its
+        # A summed output (FakeQuant's backprop_wrt_min/max) of NaN terms keeps whichever NaN its
         # summation order meets first; which NaN TF's order keeps is not part of the claim.
-        summed = op.startswith("FakeQuant") and op.endswith("Gradient") and k >= 1
-        if not same_bits(e, a, nan_bits=not summed):
+        if not same_bits(e, a, nan_bits=k not in summed):
             e, a = np.asarray(e), np.asarray(a)
             bad = np.flatnonzero(~((e == a) | (np.isnan(e) & np.isnan(a))) | (np.signbit(e) != np.signbit(a)))[:5]
             raise AssertionError(
