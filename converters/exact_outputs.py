@@ -6,9 +6,9 @@ conversion core does not depend on the QA module.
 """
 from __future__ import annotations
 
+import ort_ops
 from converters.family import QUANTIZATION_OPS
 
-_SUMMED_GRADIENT_OPS = {"FakeQuantWithMinMaxVarsGradient", "FakeQuantWithMinMaxVarsPerChannelGradient"}
 _PASS_THROUGH = {"Identity", "IdentityN", "StopGradient", "Snapshot", "PreventGradient"}
 
 EXACT_OUTPUTS_KEY = "converters.bit_exact_outputs"
@@ -39,8 +39,8 @@ def producer_type(tensor) -> str:
         tensor = op.inputs[index]
         op = tensor.op
         seen += 1
-    if op.type in _SUMMED_GRADIENT_OPS and tensor.value_index > 0:
-        # backprop_wrt_min/max are sums whose order TF does not fix (it splits them by thread
-        # count), so they are held to the float tolerance rather than bit-exactness.
+    if op.type in QUANTIZATION_OPS and tensor.value_index in ort_ops.get_spec(op.type).summed_outputs():
+        # A summed output (FakeQuant's backprop_wrt_min/max) is a sum whose order TF does not fix (it
+        # splits it by thread count), so it is held to the float tolerance rather than bit-exactness.
         return f"{op.type}:{tensor.value_index}"
     return op.type

@@ -75,6 +75,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 
+from converters.verification import compare_output, normwise_error, same_bits, session  # noqa: E402
+
 MODELS_DIR = Path(__file__).resolve().parent
 LOWERINGS = ("custom", "standard")
 FLOAT_RTOL = 1e-5
@@ -327,77 +329,29 @@ def convert(example: ExampleModel, lowering: str, write: bool = True):
     return model, time.perf_counter() - t
 
 
-def ort_session(onnx_model, lowering: str):
-    """custom: with the custom-op library; standard: plain ONNX Runtime (the library is not registered)."""
-    import onnxruntime as ort
-
-    import ort_ops
-
-    so = ort_ops.session_options() if lowering == "custom" else ort.SessionOptions()
-    so.log_severity_level = 3
-    return ort.InferenceSession(onnx_model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-
-
-def same_bits(expected, actual):
-    """Element-wise bit identity (+0 and -0 differ), with every NaN equal to every NaN."""
-    if expected.dtype.kind != "f":
-        return expected == actual
-    width = {2: np.uint16, 4: np.uint32, 8: np.uint64}[expected.dtype.itemsize]
-    return (expected.view(width) == actual.view(width)) | (np.isnan(expected) & np.isnan(actual))
-
-
-def error_stats(expected, actual):
-    """(abs error, max abs error, max rel error) over the elements finite in both."""
-    e, a = expected.astype(np.float64), actual.astype(np.float64)
-    finite = np.isfinite(e) & np.isfinite(a)
-    err = np.where(finite, np.abs(a - e), 0.0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        rel = np.where(finite & (e != 0), err / np.abs(e), 0.0)
-    return err, float(err.max(initial=0.0)), float(rel.max(initial=0.0))
-
-
 def compare(example: ExampleModel, name, expected, actual) -> OutputResult:
+    """One output judged by the example's rule (converters.verification does the comparing)."""
     expected, actual = np.asarray(expected), np.asarray(actual)
-    if expected.shape != actual.shape or expected.dtype != actual.dtype:
-        note = f"ORT gave {actual.dtype}{list(actual.shape)}, TF {expected.dtype}{list(expected.shape)}"
-        return OutputResult(name, expected.shape, np.inf, np.inf, expected.size, expected.size, "-", False, note)
-    same = same_bits(expected, actual)
-    n_diff = int(np.count_nonzero(~same))
-    err, max_abs, max_rel = error_stats(expected, actual)
-    # Infinities and NaNs must sit in the same places with the same value in every mode.
-    nonfinite_ok = bool(np.all(same | (np.isfinite(expected) & np.isfinite(actual))))
-    if example.all_outputs_exact or expected.dtype.kind != "f":
-        tolerance, ok = "bit-exact", n_diff == 0
-    elif example.normwise is not None:
-        e, a = expected.astype(np.float64), actual.astype(np.float64)
-        finite = np.isfinite(e) & np.isfinite(a)
-        # An output that vanishes in exact arithmetic (see "rounding noise" above) is judged against the
-        # noise floor instead of its own norm.
-        ref = max(float(np.linalg.norm(e[finite])), NOISE_FLOOR * float(np.sqrt(max(int(finite.sum()), 1))))
-        dist = float(np.linalg.norm((a - e)[finite]))
-        tolerance = f"normwise {example.normwise:g} (got {dist / ref if ref else 0.0:.1e})"
-        ok = nonfinite_ok and dist <= example.normwise * ref
+    check = compare_output(name, expected, actual, exact=example.all_outputs_exact, rtol=FLOAT_RTOL,
+                           atol_factor=example.atol_factor, normwise=example.normwise, noise_floor=NOISE_FLOOR)
+    if not check.same_type:
+        return OutputResult(name, expected.shape, np.inf, np.inf, expected.size, expected.size, "-", False, check.note)
+    if check.exact:
+        tolerance = "bit-exact"
+    elif check.normwise is not None:
+        tolerance = f"normwise {check.normwise:g} (got {check.normwise_err:.1e})"
     else:
-        finite = np.isfinite(expected)
-        atol = example.atol_factor * float(np.abs(expected[finite]).max(initial=0.0))
-        inside = err <= FLOAT_RTOL * np.abs(expected.astype(np.float64)) + atol
-        tolerance, ok = f"rtol {FLOAT_RTOL:.0e} atol {atol:.1e}", nonfinite_ok and bool(inside.all())
-    note = ""
+        tolerance = f"rtol {check.rtol:.0e} atol {check.atol:.1e}"
+    ok, note = check.ok, ""
     if example.vanishing and re.search(example.vanishing, name):
         largest = max(float(np.abs(expected).max(initial=0.0)), float(np.abs(actual).max(initial=0.0)))
         tolerance, ok = f"vanishing: both within {VANISHING_ATOL:g}", bool(np.isfinite(largest)) and largest <= VANISHING_ATOL
     elif example.not_judged and re.search(example.not_judged, name):
-        tolerance, ok, note = "not judged", True, f"(normwise {_normwise(expected, actual):.1e})"
-    elif n_diff and max_abs == 0 and nonfinite_ok:
+        tolerance, ok, note = "not judged", True, f"(normwise {normwise_error(expected, actual):.1e})"
+    elif check.n_differing and check.max_abs_err == 0 and check.nonfinite_match:
         note = "(differs only in the sign of zero)"
-    return OutputResult(name, expected.shape, max_abs, max_rel, n_diff, expected.size, tolerance, ok, note)
-
-
-def _normwise(expected, actual) -> float:
-    e, a = expected.astype(np.float64), actual.astype(np.float64)
-    finite = np.isfinite(e) & np.isfinite(a)
-    ref = float(np.linalg.norm(e[finite]))
-    return float(np.linalg.norm((a - e)[finite])) / ref if ref else 0.0
+    return OutputResult(name, expected.shape, check.max_abs_err, check.max_rel_err, check.n_differing, expected.size,
+                        tolerance, ok, note)
 
 
 def node_summary(onnx_model) -> str:
@@ -416,7 +370,7 @@ def check_lowering(example: ExampleModel, lowering: str, tf_run: TensorFlowRun, 
             onnx_model, result.convert_s = convert(example, lowering, write)
             result.onnx_path = example.onnx_path(lowering) if write else None
         result.node_summary = node_summary(onnx_model)
-        sess = ort_session(onnx_model, lowering)
+        sess = session(onnx_model, log_severity_level=3)  # the library exactly for the custom lowering
         feed = {i.name: inputs[i.name] for i in sess.get_inputs()}
         names = [o.name for o in sess.get_outputs()]
         actual = dict(zip(names, sess.run(names, feed)))
@@ -479,7 +433,6 @@ TF2ONNX = "tf2onnx"
 def tf2onnx_baseline(example: ExampleModel, tf_run: TensorFlowRun, inputs: dict, repeat: int = 5) -> LoweringResult:
     """tf2onnx 1.17 alone (its own SavedModel loader and handlers, opset 17) on the same signature: conversion
     time and, where it converts, each function output's error against TF. Plain ONNX Runtime runs it."""
-    import onnxruntime as ort
     import tf2onnx
     from tf2onnx import tf_loader
 
@@ -494,9 +447,7 @@ def tf2onnx_baseline(example: ExampleModel, tf_run: TensorFlowRun, inputs: dict,
         )
         result.convert_s = time.perf_counter() - t
         result.node_summary = f"{len(onnx_model.graph.node)} nodes"
-        so = ort.SessionOptions()
-        so.log_severity_level = 3
-        sess = ort.InferenceSession(onnx_model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        sess = session(onnx_model, log_severity_level=3)  # no custom domain: plain ONNX Runtime
         feed = {i.name: inputs[i.name] for i in sess.get_inputs()}
         names = [o.name for o in sess.get_outputs()]
         actual = dict(zip(names, sess.run(names, feed)))

@@ -40,6 +40,19 @@ def _default_text(attr) -> str:
     return str(attr.default)
 
 
+# What the output flags of ort_ops.spec.Param mean for a user comparing with TF.
+_FLAG_NOTES = {
+    "summed": "Summed: TF leaves the order to its thread split, so the last bits may differ from TF's.",
+    "placeholder": "Placeholder: TF's shape for it depends on its build; nothing reads it.",
+}
+
+
+def _output_doc(param) -> str:
+    notes = [note for flag, note in _FLAG_NOTES.items() if getattr(param, flag)]
+    doc = param.doc + ("." if param.doc and notes and not param.doc.endswith(".") else "")
+    return " ".join(([doc] if doc else []) + notes)
+
+
 def render_op(spec: OpSpec) -> str:
     lines = [f"#### {spec.name}", "", spec.doc, ""]
     lines.append("| | name | type | |")
@@ -47,7 +60,7 @@ def render_op(spec: OpSpec) -> str:
     for i, p in enumerate(spec.inputs):
         lines.append(f"| input {i} | `{p.name}` | {_type_text(spec, p.type)} | {p.doc} |")
     for i, p in enumerate(spec.outputs):
-        lines.append(f"| output {i} | `{p.name}` | {_type_text(spec, p.type)} | {p.doc} |")
+        lines.append(f"| output {i} | `{p.name}` | {_type_text(spec, p.type)} | {_output_doc(p)} |")
     lines.append("")
     if spec.attrs:
         lines.append("| attribute | kind | default | |")

@@ -43,11 +43,22 @@ class OpError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Param:
-    """A formal input or output: its TF name and either a type-constraint letter or a fixed type."""
+    """A formal input or output: its TF name and either a type-constraint letter or a fixed type.
+
+    Two flags say how an output is compared with TensorFlow's, so that every check reads them here:
+
+    * ``summed``: a float sum whose order TF leaves to Eigen's thread split (FakeQuant's min/max
+      gradients). Its last bits, and which NaN it keeps, depend on that order: it is held to a tolerance
+      (or, against kernels that reproduce the order, bit for bit without NaN payloads), not bit for bit.
+    * ``placeholder``: an output TF fills with a placeholder whose shape depends on TF's build (batch
+      norm's unused reserve spaces: a scalar or shape [0]); nothing reads it, so its value is not compared.
+    """
 
     name: str
     type: str  # a key of OpSpec.type_constraints ("T", "U", ...) or a fixed type such as INT32
     doc: str = ""
+    summed: bool = False
+    placeholder: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,6 +176,14 @@ class OpSpec:
         n = len(self.inputs)
         self.check_types(list(dtypes) if dtypes is not None else [None] * n)
         return self.shape_fn(list(shapes), list(values) if values is not None else [None] * n, attrs)
+
+    def summed_outputs(self) -> tuple:
+        """Indices of the outputs flagged ``summed`` (see :class:`Param`)."""
+        return tuple(i for i, p in enumerate(self.outputs) if p.summed)
+
+    def placeholder_outputs(self) -> tuple:
+        """Indices of the outputs flagged ``placeholder`` (see :class:`Param`)."""
+        return tuple(i for i, p in enumerate(self.outputs) if p.placeholder)
 
     def kernel_function(self) -> Callable:
         module, func = self.reference.split(":")

@@ -1,6 +1,8 @@
 """Running one op of the domain on a backend: the NumPy kernels or ONNX Runtime with the library.
 
-Both raise :class:`BackendError` for input the op rejects, so tests can treat them alike.
+Both raise :class:`BackendError` for input the op rejects, so tests can treat them alike. The ORT
+sessions of the suite come from here too: ``library_session_options`` / ``library_session`` (CPU
+provider, the library registered).
 """
 from __future__ import annotations
 
@@ -26,14 +28,21 @@ def run_numpy(op, inputs, attrs):
 
 
 @functools.lru_cache(maxsize=None)
-def _ort_session_options(threads):
+def library_session_options(threads=None, log_severity_level=3):
+    """Session options with the library registered; ``threads`` intra-op threads (None: ORT's default).
+    Cached, one per setting: callers must not change them."""
+    settings = {"log_severity_level": log_severity_level}
+    if threads is not None:
+        settings["intra_op_num_threads"] = threads
+    return ort_ops.session_options(**settings)
+
+
+def library_session(model, threads=None, log_severity_level=3):
+    """An ORT session (CPU provider) of an onnx ``model`` with the library registered."""
     import onnxruntime as ort
 
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.log_severity_level = 3
-    so.register_custom_ops_library(ort_ops.library_path())
-    return so
+    return ort.InferenceSession(model.SerializeToString(), library_session_options(threads, log_severity_level),
+                                providers=["CPUExecutionProvider"])
 
 
 def _bfloat16_outputs(op, inputs):
@@ -65,15 +74,10 @@ def single_op_model(op, inputs, attrs, constant_inputs=()):
 
 
 def ort_session(op, inputs, attrs, threads=2):
-    import onnxruntime as ort
-
-    return ort.InferenceSession(
-        single_op_model(op, inputs, attrs).SerializeToString(), _ort_session_options(threads),
-        providers=["CPUExecutionProvider"],
-    )
+    return library_session(single_op_model(op, inputs, attrs), threads)
 
 
-def _ort_feed(x):
+def ort_value(x):
     """An input for InferenceSession.run_with_ort_values (bfloat16 passes as its bits)."""
     import onnxruntime as ort
     from onnx import TensorProto
@@ -88,7 +92,7 @@ def run_ort(op, inputs, attrs, threads=2):
     spec = ort_ops.get_spec(op)
     try:
         sess = ort_session(op, inputs, attrs, threads)
-        feed = {p.name: _ort_feed(np.asarray(x)) for p, x in zip(spec.inputs, inputs)}
+        feed = {p.name: ort_value(np.asarray(x)) for p, x in zip(spec.inputs, inputs)}
         return decode_outputs(op, inputs, [v.numpy() for v in sess.run_with_ort_values(None, feed)])
     except OpError as e:
         raise BackendError(str(e)) from e

@@ -28,6 +28,7 @@ import numpy as np
 
 import ort_ops
 from backends import decode_outputs, single_op_model
+from comparison import bits_mismatch, key_phrase, quantization_mismatch
 from ort_ops.spec import OpError
 
 CUDA_EP = "CUDAExecutionProvider"
@@ -319,35 +320,6 @@ def normalized_message(message: str) -> str:
     return re.sub(r"\b(CPU|CUDA)ExecutionProvider\b", "<EP>", text).strip()
 
 
-def bits_mismatch(want, got, nan_payloads: bool = True) -> Optional[str]:
-    """None when ``got`` equals ``want`` bit for bit (signed zeros included; NaN payloads and signs too
-    when ``nan_payloads``, else only the NaN positions)."""
-    want, got = np.asarray(want), np.asarray(got)
-    if want.dtype != got.dtype or want.shape != got.shape:
-        return f"dtype/shape {got.dtype}{got.shape} != {want.dtype}{want.shape}"
-    nan_w, nan_g = _isnan(want), _isnan(got)
-    if (nan_w != nan_g).any():
-        i = np.flatnonzero((nan_w != nan_g).reshape(-1))[0]
-        return f"NaN positions differ ({int((nan_w != nan_g).sum())}), first at {i}: {got.reshape(-1)[i]!r} != {want.reshape(-1)[i]!r}"
-    uint = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[want.dtype.itemsize]
-    diff = want.view(uint) != got.view(uint)
-    if not nan_payloads:
-        diff &= ~nan_w
-    if diff.any():
-        flat = np.flatnonzero(diff.reshape(-1))
-        i = flat[0]
-        w, g = want.reshape(-1)[i], got.reshape(-1)[i]
-        return (f"{flat.size} of {diff.size} values differ, first at {np.unravel_index(i, want.shape)}: "
-                f"{g!r} (bits {int(got.view(uint).reshape(-1)[i]):#x}) != {w!r} (bits {int(want.view(uint).reshape(-1)[i]):#x})")
-    return None
-
-
-def _isnan(a):
-    if a.dtype.kind in "iub":
-        return np.zeros(a.shape, bool)
-    return np.isnan(a.astype(np.float64) if a.dtype.name == "bfloat16" else a)
-
-
 def outputs_mismatch(op, inputs, attrs, want, got) -> Optional[str]:
     """The provider-against-CPU rule for ``op`` (test_cuda_kernels.py's docstring); None when it holds."""
     if len(want) != len(got):
@@ -374,7 +346,7 @@ def golden_mismatch(op, case, got: Outcome) -> Optional[str]:
     if "error" in case:
         if got.error is None:
             return f"no error, TF says {case['error']!r}"
-        phrase = _quant_checks().key_phrase(case["error"]) if op in QUANT_OPS else case["error"]
+        phrase = key_phrase(case["error"]) if op in QUANT_OPS else case["error"]
         if op not in got.error or phrase not in got.error:
             return f"message {got.error!r} lacks the op name or TF's {phrase!r}"
         return None
@@ -382,7 +354,7 @@ def golden_mismatch(op, case, got: Outcome) -> Optional[str]:
         return f"unexpected error {got.error}"
     want = case["outputs"]
     if op in QUANT_OPS:
-        return _quant_checks().outputs_mismatch(op, case["inputs"], want, got.outputs)
+        return quantization_mismatch(op, case["inputs"], want, got.outputs)
     if op in DEPTHWISE_OPS:
         return _assertion(lambda: _depthwise_checks().assert_close(op, got.outputs[0], want[0], case["inputs"],
                                                                   case["attrs"], "output 0"))
@@ -425,12 +397,6 @@ def _assertion(check) -> Optional[str]:
 
 
 # The suite's comparison modules (imported lazily: they are test modules with their own imports).
-def _quant_checks():
-    import quantization_checks
-
-    return quantization_checks
-
-
 def _batch_norm_checks():
     import test_batch_norm
 

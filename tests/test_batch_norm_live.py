@@ -5,9 +5,9 @@ tf_modes.py), on the same seeded random cases over the whole op grid.
 Tolerances are test_batch_norm.py's (``compare_outputs``); they hold for both kernel sets. Two kinds of output
 are not compared by value, each for a stated reason:
 * reserve_space_1/2 of the forward ops in inference mode: TF's Eigen kernel never writes them.
-* the placeholders (reserve_space_3 of FusedBatchNormV3, reserve_space_4/5 of every gradient op): TF's two
-  builds give them different shapes (Eigen: a scalar for V3's, [0] for the gradients'; oneDNN: the other way
-  round) and nothing reads them. TF's shape may be either; ours must be exactly the spec's (Eigen's).
+* the outputs the spec flags ``placeholder`` (reserve_space_3 of FusedBatchNormV3, the last two of every
+  gradient op): TF's two builds give them different shapes (Eigen: a scalar for V3's, [0] for the gradients';
+  oneDNN: the other way round) and nothing reads them. TF's shape may be either; ours must be exactly the spec's (Eigen's).
 """
 from __future__ import annotations
 
@@ -23,7 +23,12 @@ from tf_modes import MODES, call_in_mode
 
 pytestmark = pytest.mark.tensorflow
 
-PLACEHOLDERS = {"FusedBatchNormV3": (5,), **{op: (3, 4) for op in GRAD_OPS}}
+
+def placeholders(op):
+    """The outputs the spec flags ``placeholder``."""
+    return ort_ops.get_spec(op).placeholder_outputs()
+
+
 TF_PLACEHOLDER_SHAPES = {(), (0,)}
 LIVE_CASES_PER_OP = 35  # 210 in all
 
@@ -84,13 +89,13 @@ def test_live_against_tensorflow(backend, mode):
     assert len(live_cases()) >= 200
     failures = []
     for (op, inputs, attrs), want in zip(live_cases(), tf_results(mode)):
-        skip = set(PLACEHOLDERS.get(op, ()))
+        skip = set(placeholders(op))
         if op in FORWARD_OPS and not attrs["is_training"]:
             skip |= {3, 4}  # uninitialized in TF's Eigen kernel
         try:
             got = run(backend, op, inputs, attrs)
             compare_outputs(got, want, f"{op} x{inputs[0].shape} {attrs}", tuple(skip))
-            for i in PLACEHOLDERS.get(op, ()):
+            for i in placeholders(op):
                 check_placeholder(op, i, {"inputs": inputs, "attrs": attrs, "outputs": got}, want[i])
         except AssertionError as e:
             failures.append(str(e))
@@ -98,7 +103,7 @@ def test_live_against_tensorflow(backend, mode):
 
 
 def test_the_two_kernel_sets_really_differ_in_placeholders():
-    """The reason for PLACEHOLDERS: if TF's builds ever agree again, this says so (and the exception can go)."""
+    """The reason for the placeholder flag: if TF's builds ever agree again, this says so (and the flag can go)."""
     shapes = {mode: {(op, tuple(w[i].shape)) for (op, _, _), w in zip(live_cases(), tf_results(mode))
-                     for i in PLACEHOLDERS.get(op, ())} for mode in MODES}
+                     for i in placeholders(op)} for mode in MODES}
     assert shapes["eigen"] != shapes["onednn"]

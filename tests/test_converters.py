@@ -193,10 +193,10 @@ def test_single_op_matches_tf(op, lowering):
         assert not _domain_nodes(model) and DOMAIN not in imports
     report = converters.verify(model, fn, inputs=inputs, print_table=False)
     quantization = op.startswith(("FakeQuant", "QuantizeAndDequantize"))
-    # Element-wise quantization outputs are held bit-exact; the summed min/max gradients of the
-    # Vars ops to the float tolerance (their summation order is not fixed by TF).
-    summed = op in ("FakeQuantWithMinMaxVarsGradient", "FakeQuantWithMinMaxVarsPerChannelGradient")
-    expected_exact = [quantization and not (summed and i > 0) for i in range(len(report.outputs))]
+    # Element-wise quantization outputs are held bit-exact; the spec's summed outputs (the min/max
+    # gradients of the Vars ops) to the float tolerance (their summation order is not fixed by TF).
+    summed = ort_ops.get_spec(op).summed_outputs()
+    expected_exact = [quantization and i not in summed for i in range(len(report.outputs))]
     assert [c.exact for c in report.outputs] == expected_exact, report.table()
     assert report.ok, report.table()
 

@@ -13,29 +13,14 @@ import numpy as np
 import pytest
 
 from backends import BackendError, run, run_ort
+from comparison import assert_bits_equal
 
 FWD = "DepthwiseConv2dNative"
 BPI = "DepthwiseConv2dNativeBackpropInput"
 BPF = "DepthwiseConv2dNativeBackpropFilter"
 DTYPES = [np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)]
-
-
-def assert_bit_equal(expected, got, what):
-    expected, got = np.asarray(expected), np.asarray(got)
-    assert got.dtype == expected.dtype, f"{what}: dtype {got.dtype} != {expected.dtype}"
-    assert got.shape == expected.shape, f"{what}: shape {got.shape} != {expected.shape}"
-    bits = {2: np.uint16, 4: np.uint32, 8: np.uint64}[expected.dtype.itemsize]
-    # NaN payloads and signs depend on which operand the CPU propagates, not on the math: any NaN
-    # matches any NaN; every other value must have identical bits (so -0 != +0).
-    nan_e = np.isnan(expected.astype(np.float64))
-    nan_g = np.isnan(got.astype(np.float64))
-    diff = (expected.view(bits) != got.view(bits)) & ~(nan_e & nan_g)
-    if diff.any():
-        i = np.argwhere(diff)[0]
-        raise AssertionError(
-            f"{what}: {diff.sum()} of {diff.size} elements differ, first at {tuple(i)}: "
-            f"expected {expected[tuple(i)]!r}, got {got[tuple(i)]!r}"
-        )
+# Bit for bit with nan_payloads=False: NaN payloads and signs depend on which operand the CPU propagates,
+# not on the math, so any NaN matches any NaN; every other value must have identical bits (so -0 != +0).
 
 
 def make_attrs(fmt, stride, dil, padding, pads=None):
@@ -61,13 +46,13 @@ def check_all_three(x, f, attrs, dy_seed=0, threads=2):
             run_ort(FWD, [x, f], attrs, threads)
         assert str(e) in str(got.value)
         return
-    assert_bit_equal(expected, run_ort(FWD, [x, f], attrs, threads)[0], FWD)
+    assert_bits_equal(expected, run_ort(FWD, [x, f], attrs, threads)[0], FWD, nan_payloads=False)
     dy = np.random.default_rng(dy_seed).standard_normal(expected.shape).astype(x.dtype)
     sizes = np.array(x.shape, np.int32)
     ins = [sizes, f, dy]
-    assert_bit_equal(run("numpy", BPI, ins, attrs)[0], run_ort(BPI, ins, attrs, threads)[0], BPI)
+    assert_bits_equal(run("numpy", BPI, ins, attrs)[0], run_ort(BPI, ins, attrs, threads)[0], BPI, nan_payloads=False)
     ins = [x, np.array(f.shape, np.int32), dy]
-    assert_bit_equal(run("numpy", BPF, ins, attrs)[0], run_ort(BPF, ins, attrs, threads)[0], BPF)
+    assert_bits_equal(run("numpy", BPF, ins, attrs)[0], run_ort(BPF, ins, attrs, threads)[0], BPF, nan_payloads=False)
 
 
 def random_case(rng, dtype, fmt):
@@ -166,8 +151,8 @@ def test_thread_count_does_not_change_results(dtype):
     for op, ins in cases:
         one = run_ort(op, ins, attrs, threads=1)[0]
         for threads in (2, 3, 8):
-            assert_bit_equal(one, run_ort(op, ins, attrs, threads=threads)[0], f"{op} threads={threads}")
-        assert_bit_equal(run("numpy", op, ins, attrs)[0], one, op)
+            assert_bits_equal(one, run_ort(op, ins, attrs, threads=threads)[0], f"{op} threads={threads}", nan_payloads=False)
+        assert_bits_equal(run("numpy", op, ins, attrs)[0], one, op, nan_payloads=False)
 
 
 BAD = [

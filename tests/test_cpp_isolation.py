@@ -41,26 +41,11 @@ DOCUMENTED_DEVIATIONS: tuple = ()
 
 # ---------------------------------------------------------------- child process side
 
-def _feed(x):
-    import onnxruntime as ort
-    from onnx import TensorProto
-
-    x = np.asarray(x)
-    if x.dtype.name == "bfloat16":
-        return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(np.ascontiguousarray(x).view(np.uint16).reshape(x.shape),
-                                                               TensorProto.BFLOAT16)
-    return ort.OrtValue.ortvalue_from_numpy(np.array(x, order="C", copy=True))
-
-
 def run_error_cases(op):
     """Runs every error case of ``op`` through ORT; one JSON line per case, a START line before each."""
-    import onnxruntime as ort
-
     import ort_ops
+    from backends import library_session, ort_value
 
-    so = ort.SessionOptions()
-    so.log_severity_level = 4
-    so.register_custom_ops_library(ort_ops.library_path())
     spec = ort_ops.get_spec(op)
     for i, case in enumerate(load_cases(op)):
         if "error" not in case:
@@ -74,8 +59,8 @@ def run_error_cases(op):
             print(json.dumps(result), flush=True)
             continue
         try:
-            sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-            feed = {p.name: _feed(x) for p, x in zip(spec.inputs, case["inputs"])}
+            sess = library_session(model, log_severity_level=4)
+            feed = {p.name: ort_value(np.asarray(x)) for p, x in zip(spec.inputs, case["inputs"])}
             sess.run_with_ort_values(None, feed)
             result.update(status="ok", message="")
         except Exception as e:
@@ -163,16 +148,11 @@ def _first_documented_deviation(op):
 
 
 def _session(op, inputs, attrs, threads):
-    import onnxruntime as ort
-
     import ort_ops
+    from backends import library_session
 
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.log_severity_level = 4
-    so.register_custom_ops_library(ort_ops.library_path())
     model = ort_ops.make_single_op_model(op, inputs, attrs, typed_outputs=False)
-    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return library_session(model, threads, log_severity_level=4)
 
 
 def _concurrent_cases():

@@ -12,16 +12,10 @@ import pytest
 from onnx import TensorProto, helper
 
 import ort_ops
+from backends import library_session
 from ort_ops.schemas import DOMAIN, ELEM_TYPES
 
 HEADER_API_VERSION = 21  # ORT_API_VERSION of the headers the library is built against (Debian's 1.21)
-
-
-def session_options():
-    so = ort.SessionOptions()
-    so.log_severity_level = 4
-    so.register_custom_ops_library(ort_ops.library_path())
-    return so
 
 
 def typed_model(spec, combo, shaped=None):
@@ -94,14 +88,14 @@ def test_pip_install_builds_the_cuda_kernels_where_nvcc_is():
 )
 def test_every_op_and_type_combination_is_registered(spec, combo):
     model = typed_model(spec, combo)
-    ort.InferenceSession(model.SerializeToString(), session_options(), providers=["CPUExecutionProvider"])
+    library_session(model, log_severity_level=4)
 
 
 def test_a_type_combination_outside_the_specs_is_not_registered():
     spec = ort_ops.get_spec("QuantizeAndDequantizeV2")
     model = typed_model(spec, {"T": "tensor(float16)"})
     with pytest.raises(Exception) as info:
-        ort.InferenceSession(model.SerializeToString(), session_options(), providers=["CPUExecutionProvider"])
+        library_session(model, log_severity_level=4)
     assert "QuantizeAndDequantizeV2" in str(info.value)
 
 
@@ -119,7 +113,7 @@ def test_output_shapes_are_inferred_at_session_creation(op, shapes, expected):
     spec = ort_ops.get_spec(op)
     combo = spec.kernels[0]
     model = typed_model(spec, combo, shaped=shapes)
-    sess = ort.InferenceSession(model.SerializeToString(), session_options(), providers=["CPUExecutionProvider"])
+    sess = library_session(model, log_severity_level=4)
     got = [o.shape for o in sess.get_outputs()]
     assert got == expected
 
@@ -134,7 +128,7 @@ def test_wrong_attribute_types_are_rejected_when_the_session_is_created():
         node = helper.make_node(spec.name, ["inputs"], ["outputs"], domain=DOMAIN, **attrs)
         model = ort_ops.model.finish_model(helper.make_graph([node], "g", [x], [y]))
         with pytest.raises(Exception) as info:
-            ort.InferenceSession(model.SerializeToString(), session_options(), providers=["CPUExecutionProvider"])
+            library_session(model, log_severity_level=4)
         assert "FakeQuantWithMinMaxArgs" in str(info.value) and words in str(info.value), str(info.value)
 
 
@@ -149,7 +143,7 @@ def test_tf2onnx_style_string_attribute_is_read():
                   for n, s in (("input", [3]), ("input_min", []), ("input_max", []))]
         model = ort_ops.model.finish_model(
             helper.make_graph([node], "g", inputs, [helper.make_empty_tensor_value_info("output")]))
-        sess = ort.InferenceSession(model.SerializeToString(), session_options(), providers=["CPUExecutionProvider"])
+        sess = library_session(model, log_severity_level=4)
         outs.append(sess.run(None, {"input": x, "input_min": np.array(-4, np.float32), "input_max": np.array(3, np.float32)})[0])
     assert outs[0].tolist() == [0.0, 2.0, -0.0] and outs[1].tolist() == [1.0, 2.0, 0.0], outs
 

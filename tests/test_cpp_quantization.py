@@ -8,51 +8,17 @@ special values TF's math is sensitive to (grid points and half-grid points, the 
 beyond them, NaN, +-Inf, subnormals, +-0). Every case also runs with 1 and 4 intra-op threads,
 which must agree bit for bit.
 """
-import functools
 import zlib
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 
 import ort_ops
-from backends import BackendError, run_numpy
-
-@functools.lru_cache(maxsize=None)
-def session_options(threads):
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.log_severity_level = 4
-    so.register_custom_ops_library(ort_ops.library_path())
-    return so
-
-
-def run_ort(op, inputs, attrs, threads=2):
-    """One node through ONNX Runtime with the library (untyped outputs: the library judges every input)."""
-    model = ort_ops.make_single_op_model(op, [np.asarray(x) for x in inputs], attrs, typed_outputs=False)
-    spec = ort_ops.get_spec(op)
-    try:
-        sess = ort.InferenceSession(model.SerializeToString(), session_options(threads), providers=["CPUExecutionProvider"])
-        return tuple(sess.run(None, {p.name: np.asarray(x) for p, x in zip(spec.inputs, inputs)}))
-    except Exception as e:
-        if type(e).__module__.startswith("onnxruntime"):
-            raise BackendError(str(e)) from e
-        raise
+from backends import BackendError, run_numpy, run_ort
+from comparison import bits_mismatch
 
 SHAPES = [(), (0,), (1,), (7,), (9,), (3, 0, 2), (17, 5), (33,), (2, 3, 4, 5), (1031,), (70001,)]
 CHANNEL_SHAPES = [(1,), (3,), (0, 4), (5, 1), (7, 8), (2, 3, 17), (129, 9), (8200, 3), (20000, 16), (40, 130), (8300, 70)]
-
-
-def same_bits(a, b, nan_bits=True):
-    """Equal as bit patterns, NaN signs and payloads included unless ``nan_bits`` is false."""
-    a, b = np.asarray(a), np.asarray(b)
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    uint = {4: np.uint32, 8: np.uint64}[a.dtype.itemsize]
-    if nan_bits:
-        return np.array_equal(a.view(uint), b.view(uint))
-    nan_a, nan_b = np.isnan(a), np.isnan(b)
-    return np.array_equal(nan_a, nan_b) and np.array_equal(a[~nan_a].view(uint), b[~nan_b].view(uint))
 
 
 def special_values(dtype, lo, hi, step):
@@ -104,18 +70,13 @@ def check_parity(op, inputs, attrs):
     got4 = run_ort(op, inputs, attrs, threads=4)
     got1 = run_ort(op, inputs, attrs, threads=1)
     assert len(got4) == len(expected)
+    summed = ort_ops.get_spec(op).summed_outputs()
     for k, (e, a, b) in enumerate(zip(expected, got4, got1)):
-        assert same_bits(a, b), f"{op} output {k}: 1 vs 4 threads differ"
-        # A summed FakeQuant gradient (backprop_wrt_min/max) of NaN terms keeps whichever NaN its
+        assert bits_mismatch(a, b) is None, f"{op} output {k}: 1 vs 4 threads differ"
+        # A summed output (FakeQuant's backprop_wrt_min/max) of NaN terms keeps whichever NaN its
         # summation order meets first; which NaN TF's order keeps is not part of the claim.
-        summed = op.startswith("FakeQuant") and op.endswith("Gradient") and k >= 1
-        if not same_bits(e, a, nan_bits=not summed):
-            e, a = np.asarray(e), np.asarray(a)
-            bad = np.flatnonzero(~((e == a) | (np.isnan(e) & np.isnan(a))) | (np.signbit(e) != np.signbit(a)))[:5]
-            raise AssertionError(
-                f"{op} {attrs} output {k} shape {e.shape}: {bad.size} mismatches, e.g. at {bad}: "
-                f"numpy {e.reshape(-1)[bad]} vs ort {a.reshape(-1)[bad]}"
-            )
+        why = bits_mismatch(e, a, nan_payloads=k not in summed)
+        assert why is None, f"{op} {attrs} output {k} shape {np.shape(e)}, ort against numpy: {why}"
     return "ok"
 
 
@@ -248,4 +209,4 @@ def test_half_up_and_half_to_even_differ_on_ties():
     up = run_ort("QuantizeAndDequantizeV2", [x, mn, mx], dict(base, round_mode="HALF_UP"))[0]
     assert not np.array_equal(even, up)
     for attrs, got in ((dict(base, round_mode="HALF_TO_EVEN"), even), (dict(base, round_mode="HALF_UP"), up)):
-        assert same_bits(run_numpy("QuantizeAndDequantizeV2", [x, mn, mx], attrs)[0], got)
+        assert bits_mismatch(run_numpy("QuantizeAndDequantizeV2", [x, mn, mx], attrs)[0], got) is None

@@ -41,6 +41,7 @@ import pytest
 
 import cuda_support as cs
 import ort_ops
+from comparison import bits_mismatch
 from golden_io import golden_ops, load_cases
 from qdq_order_cases import nan_order_case
 
@@ -461,7 +462,7 @@ def graph_check(target, config):
         if why:
             problems.append(f"run {k} (inputs {inputs}): {why}")
     for j, (first, last) in enumerate(zip(got.outputs[0], got.outputs[3])):
-        why = cs.bits_mismatch(first, last)
+        why = bits_mismatch(first, last)
         if why:
             problems.append(f"output {j} of the replay differs from the first run: {why}")
     return problems
@@ -509,7 +510,7 @@ def determinism_check(target, config):
     problems = []
     for k, outs in enumerate(runs[1:], 1):
         for j, (a, b) in enumerate(zip(runs[0], outs)):
-            why = cs.bits_mismatch(a, b)
+            why = bits_mismatch(a, b)
             if why:
                 problems.append(f"{'run' if k < 3 else 'a second session, run'} {k}, output {j}: {why}")
     return problems

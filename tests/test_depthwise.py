@@ -44,6 +44,7 @@ import pytest
 
 import ort_ops
 from backends import BackendError, run
+from comparison import assert_bits_equal
 from golden_io import load_cases
 from ort_ops.evaluator import reference_evaluator
 from ort_ops.model import make_single_op_model
@@ -170,8 +171,7 @@ def test_numpy_bit_exact_on_eigen_goldens(op):
     for case in cases:
         got = reference(op, case["inputs"], case["attrs"])
         want = case["outputs"][0]
-        assert got.shape == want.shape and got.dtype == want.dtype, case["note"]
-        assert np.array_equal(got.view(np.uint8), want.view(np.uint8)), f"{op} [{case['note']}] not bit-exact"
+        assert_bits_equal(want, got, f"{op} [{case['note']}] not bit-exact")
 
 
 def test_goldens_cover_the_grid():

@@ -12,7 +12,7 @@ import pytest
 import ort_ops
 from backends import BackendError, run
 from golden_io import load_cases
-from quantization_checks import check_error, outputs_mismatch
+from comparison import check_error, quantization_mismatch
 
 F32 = np.float32
 OPS = (
@@ -42,7 +42,7 @@ def test_golden(op, backend):
         except BackendError as e:
             failures.append(f"case {i} ({case['note']}): unexpected error {e}")
             continue
-        why = outputs_mismatch(op, case["inputs"], case["outputs"], got)
+        why = quantization_mismatch(op, case["inputs"], case["outputs"], got)
         if why:
             failures.append(f"case {i} ({case['note']}): {why}")
     assert not failures, f"{len(failures)} of {len(cases)} cases fail:\n" + "\n".join(failures[:20])
@@ -83,4 +83,4 @@ def test_reference_evaluator_runs(op):
     model = ort_ops.make_single_op_model(op, case["inputs"], case["attrs"])
     names = [p.name for p in ort_ops.get_spec(op).inputs]
     got = ort_ops.reference_evaluator(model).run(None, dict(zip(names, case["inputs"])))
-    assert outputs_mismatch(op, case["inputs"], case["outputs"], got) is None
+    assert quantization_mismatch(op, case["inputs"], case["outputs"], got) is None

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from backends import run
-from quantization_checks import outputs_mismatch
+from comparison import quantization_mismatch
 from test_fake_quant import F32, OPS
 from tf_oracle import tf_raw_op
 
@@ -58,7 +58,7 @@ def test_live_against_tensorflow(op, backend):
         inputs, attrs = _random_case(op, rng)
         expected = tf_raw_op(op, inputs, attrs)
         got = run(backend, op, inputs, attrs)
-        why = outputs_mismatch(op, inputs, expected, got)
+        why = quantization_mismatch(op, inputs, expected, got)
         if why:
             failures.append(f"case {i} attrs={attrs}: {why}")
     assert not failures, f"{len(failures)} cases fail:\n" + "\n".join(failures[:10])

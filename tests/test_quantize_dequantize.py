@@ -12,20 +12,9 @@ import pytest
 import ort_ops
 from backends import BackendError, run
 from golden_io import load_cases
-from quantization_checks import bit_mismatch, key_phrase
+from comparison import key_phrase, outputs_mismatch
 
 OPS = ("QuantizeAndDequantizeV2", "QuantizeAndDequantizeV3", "QuantizeAndDequantizeV4", "QuantizeAndDequantizeV4Grad")
-
-
-def mismatch(expected, actual):
-    """Every output bit for bit: which NaN TF keeps is reproduced too (see _qdq_eigen_order.py)."""
-    if len(expected) != len(actual):
-        return f"{len(actual)} outputs, expected {len(expected)}"
-    for k, (e, a) in enumerate(zip(expected, actual)):
-        why = bit_mismatch(e, a)
-        if why:
-            return f"output {k}: {why}"
-    return None
 
 
 @pytest.mark.parametrize("op", OPS)
@@ -45,7 +34,8 @@ def test_golden(op, backend):
         if "error" in case:
             failures.append(f"case {i} ({case['note']}): no error, TF says {case['error']!r}")
             continue
-        why = mismatch(case["outputs"], got)
+        # Every output bit for bit: which NaN TF keeps is reproduced too (see _qdq_eigen_order.py).
+        why = outputs_mismatch(case["outputs"], got)
         if why:
             failures.append(f"case {i} ({case['note']}): {why}")
     assert not failures, f"{len(failures)} of {len(cases)} cases fail:\n" + "\n".join(failures[:20])
@@ -87,4 +77,4 @@ def test_reference_evaluator_runs(op):
     model = ort_ops.make_single_op_model(op, case["inputs"], case["attrs"])
     names = [p.name for p in ort_ops.get_spec(op).inputs]
     got = ort_ops.reference_evaluator(model).run(None, dict(zip(names, case["inputs"])))
-    assert mismatch(case["outputs"], got) is None
+    assert outputs_mismatch(case["outputs"], got) is None

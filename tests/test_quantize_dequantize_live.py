@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from backends import run
+from comparison import bits_mismatch, outputs_mismatch
 from qdq_order_cases import nan_order_case
-from quantization_checks import bit_mismatch
-from test_quantize_dequantize import OPS, mismatch
+from test_quantize_dequantize import OPS
 from tf_oracle import tf_raw_op
 
 pytestmark = pytest.mark.tensorflow
@@ -45,7 +45,7 @@ def test_live_against_tensorflow(op, backend):
     failures = []
     for i in range(300 if backend == "numpy" else 100):
         inputs, attrs = _random_case(op, rng)
-        why = mismatch(tf_raw_op(op, inputs, attrs), run(backend, op, inputs, attrs))
+        why = outputs_mismatch(tf_raw_op(op, inputs, attrs), run(backend, op, inputs, attrs))
         if why:
             failures.append(f"case {i} attrs={attrs}: {why}")
     assert not failures, f"{len(failures)} cases fail:\n" + "\n".join(failures[:10])
@@ -59,7 +59,7 @@ def test_which_nan_and_zero_tensorflow_keeps(op, backend):
     failures = []
     cases = [nan_order_case(op, rng) for _ in range(120)] + [nan_order_case(op, rng, long=True) for _ in range(6)]
     for i, (inputs, attrs) in enumerate(cases):
-        why = mismatch(tf_raw_op(op, inputs, attrs), run(backend, op, inputs, attrs))
+        why = outputs_mismatch(tf_raw_op(op, inputs, attrs), run(backend, op, inputs, attrs))
         if why:
             failures.append(f"case {i} shape={inputs[0].shape} attrs={attrs}: {why}")
     assert not failures, f"{len(failures)} cases fail:\n" + "\n".join(failures[:10])
@@ -81,6 +81,6 @@ def test_per_axis_given_range_matches_per_channel_tf(op, backend):
         for c in range(d):
             chan = np.take(x, c, axis=axis)
             want = tf_raw_op(op, [chan, mins[c], maxs[c]], dict(attrs, range_given=True))[0]
-            assert bit_mismatch(want, np.take(got, c, axis=axis)) is None
+            assert bits_mismatch(want, np.take(got, c, axis=axis)) is None
 
 

@@ -22,6 +22,7 @@ import tensorflow as tf  # noqa: E402
 import tf2onnx  # noqa: E402
 import tf2onnx.optimizer  # noqa: E402
 
+from comparison import assert_bits_equal  # noqa: E402
 from converters.errors import LoweringError  # noqa: E402
 from converters.standard import STANDARD_LOWERINGS  # noqa: E402
 from ort_ops.model import IR_VERSION  # noqa: E402
@@ -93,13 +94,6 @@ class Runner:
         return got, [np.asarray(e) for e in expected]
 
 
-def assert_bits_equal(got, expected, what):
-    assert got.shape == expected.shape and got.dtype == expected.dtype, (what, got.shape, expected.shape)
-    bad = got.reshape(-1).view(np.uint8).reshape(got.size, -1) != expected.reshape(-1).view(np.uint8).reshape(got.size, -1)
-    bad = bad.any(axis=-1)
-    assert not bad.any(), f"{what}: {bad.sum()} of {got.size} differ, e.g. got {got.reshape(-1)[bad][:4]} want {expected.reshape(-1)[bad][:4]}"
-
-
 def edge_values(dtype, scale):
     """Grid points, half-grid ties, the range ends and beyond, NaN, +-inf, subnormals, +-0."""
     tiny = np.finfo(dtype).smallest_subnormal
@@ -134,7 +128,7 @@ def test_fake_quant_args_and_gradient_bit_exact():
     x, g = _fq_inputs(np.random.default_rng(RNG_SEED))
     got, expected = run.both(x, g)
     for i, (a, b) in enumerate(zip(got, expected)):
-        assert_bits_equal(a, b, f"{'grad' if i >= len(configs) else 'fwd'} {configs[i % len(configs)]}")
+        assert_bits_equal(b, a, f"{'grad' if i >= len(configs) else 'fwd'} {configs[i % len(configs)]}")
 
 
 def test_fake_quant_vars_and_gradient_bit_exact():
@@ -150,7 +144,7 @@ def test_fake_quant_vars_and_gradient_bit_exact():
     for mn, mx in FQ_RANGES:
         got, expected = run.both(x, g, np.float32(mn), np.float32(mx))
         for i, (a, b) in enumerate(zip(got, expected)):
-            assert_bits_equal(a, b, f"range {(mn, mx)} output {i}")
+            assert_bits_equal(b, a, f"range {(mn, mx)} output {i}")
 
 
 def test_fake_quant_per_channel_and_gradient_bit_exact():
@@ -170,7 +164,7 @@ def test_fake_quant_per_channel_and_gradient_bit_exact():
     for shift in range(3):  # every channel sees several ranges
         got, expected = run.both(x, g, np.roll(mn, shift), np.roll(mx, shift))
         for i, (a, b) in enumerate(zip(got, expected)):
-            assert_bits_equal(a, b, f"shift {shift} output {i}")
+            assert_bits_equal(b, a, f"shift {shift} output {i}")
 
 
 def test_fake_quant_bad_num_bits_is_a_lowering_error():
@@ -249,7 +243,7 @@ def test_quantize_and_dequantize_bit_exact(dtype):
             args = [x, np.array(mn, dtype), np.array(mx, dtype), np.array([mn, mn * 2, mn / 3], dtype), np.array([mx, mx, mx * 2], dtype)]
             got, expected = run.both(*args)
             for i, (a, b) in enumerate(zip(got, expected)):
-                assert_bits_equal(a, b, f"x {x.shape} range {(mn, mx)} {cfgs[i] if i < len(cfgs) else 'V4Grad'}")
+                assert_bits_equal(b, a, f"x {x.shape} range {(mn, mx)} {cfgs[i] if i < len(cfgs) else 'V4Grad'}")
 
 
 def test_quantize_and_dequantize_range_given_edge_values_bit_exact():
@@ -266,7 +260,7 @@ def test_quantize_and_dequantize_range_given_edge_values_bit_exact():
     for mn, mx in [(-1.0, 1.0), (-6.0, 6.0), (0.0, 2.0)]:
         got, expected = run.both(x, np.float32(mn), np.float32(mx))
         for i, (a, b) in enumerate(zip(got, expected)):
-            assert_bits_equal(a, b, f"range {(mn, mx)} output {i}")
+            assert_bits_equal(b, a, f"range {(mn, mx)} output {i}")
 
 
 # ---------------------------------------------------------------- FusedBatchNorm*

@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from comparison import assert_bits_equal
 from converters.errors import LoweringError
-from test_standard_lowering import Runner, assert_bits_equal, convert
+from test_standard_lowering import Runner, convert
 
 pytestmark = pytest.mark.tensorflow
 
@@ -32,7 +33,7 @@ def test_fake_quant_gradients_flush_subnormal_gradients_like_tf():
     run = Runner(fn, [tf.TensorSpec([5], tf.float32)] * 2)
     got, expected = run.both(SUBNORMAL_G, X)
     for i, (a, b) in enumerate(zip(got, expected)):
-        assert_bits_equal(a, b, f"output {i}")
+        assert_bits_equal(b, a, f"output {i}")
     # the case discriminates: TF's first output flushes the subnormal gradients to signed zeros
     assert expected[0][0] == 0 and np.signbit(expected[0][1]) and expected[0][1] == 0
 
@@ -84,7 +85,7 @@ def test_quantize_and_dequantize_zero_extremes_keep_tf_signs(dtype):
         args = [_zero_heavy(rng, dtype, n) for n in lengths] + [_zero_heavy(rng, dtype, 60).reshape(3, 4, 5)]
         got, expected = run.both(*args)
         for i, (a, b) in enumerate(zip(got, expected)):
-            assert_bits_equal(a, b, f"trial {trial} output {i}")
+            assert_bits_equal(b, a, f"trial {trial} output {i}")
         # the check discriminates: plain ReduceMax picks differ from TF's sign somewhere
         for x in args[:-1]:
             flushed = np.where(np.abs(x) < np.finfo(dtype).tiny, x * 0, x)

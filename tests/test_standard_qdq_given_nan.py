@@ -21,7 +21,8 @@ import tensorflow as tf
 
 import converters
 import ort_ops
-from test_standard_lowering import Runner, assert_bits_equal, convert
+from comparison import assert_bits_equal
+from test_standard_lowering import Runner, convert
 
 pytestmark = pytest.mark.tensorflow
 
@@ -104,7 +105,7 @@ def _check(got, expected, what):
     if expected.size == 0:
         assert got.shape == expected.shape and got.dtype == expected.dtype, what
     else:
-        assert_bits_equal(got, expected, what)
+        assert_bits_equal(expected, got, what)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -14,7 +14,6 @@ import logging
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 import tensorflow as tf
 import tf_keras
@@ -22,6 +21,7 @@ import tf_keras
 import converters
 import ort_ops
 from converters.variable_state import TRAINABLE_INPUTS_KEY, VARIABLE_UPDATES_KEY
+from converters.verification import run_onnx, session
 
 pytestmark = pytest.mark.tensorflow
 
@@ -79,16 +79,6 @@ def _batch(seed):
     return {"images": images, "labels": labels}
 
 
-def _session(model, lowering):
-    so = ort_ops.session_options() if lowering == "custom" else ort.SessionOptions()
-    so.log_severity_level = 3
-    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-
-
-def _run(model, lowering, feed):
-    sess = _session(model, lowering)
-    names = [o.name for o in sess.get_outputs()]
-    return dict(zip(names, sess.run(names, feed)))
 
 
 def _tf_step(step, batch):
@@ -131,7 +121,7 @@ def test_update_outputs_equal_tf_after_one_step(lowering):
     model = converters.from_concrete_function(step.__call__.get_concrete_function(), lowering=lowering,
                                               variable_updates="outputs")
     batch = _batch(1)
-    onnx_out = _run(model, lowering, batch)
+    onnx_out = run_onnx(model, batch)
     tf_out, before, after = _tf_step(step, batch)
     props = {p.key: p.value for p in model.metadata_props}
     updates = props[VARIABLE_UPDATES_KEY].split(",")
@@ -164,13 +154,13 @@ def test_reads_after_assignment_see_the_new_value():
     step = Step(_quantized_net())
     concrete = step.__call__.get_concrete_function()
     batch = _batch(2)
-    ours = _run(converters.from_concrete_function(concrete, lowering="custom"), "custom", batch)
+    ours = run_onnx(converters.from_concrete_function(concrete, lowering="custom"), batch)
     names = [t.name for t in concrete.inputs if t.dtype != tf.resource][:2]
     outputs = [t.name for t in concrete.outputs]
     frozen_by_tf2onnx = tf_loader.from_function(concrete, names, outputs)
     stale_model = converters.convert_frozen_graph(frozen_by_tf2onnx, names, outputs, lowering="custom")
     logits_index = sorted(concrete.structured_outputs).index("logits")
-    stale = _run(stale_model, "custom", dict(zip([i.name for i in stale_model.graph.input], batch.values())))
+    stale = run_onnx(stale_model, dict(zip([i.name for i in stale_model.graph.input], batch.values())))
     stale_logits = stale[stale_model.graph.output[logits_index].name]
     tf_out, _, _ = _tf_step(step, batch)
     np.testing.assert_array_equal(ours["logits"], tf_out["logits"])
@@ -196,7 +186,7 @@ def test_three_sgd_steps_in_ort_follow_tf(lowering):
     lr = np.float32(0.1)
     weights = {}  # the first step uses the initializers: nothing fed
     losses_ort, losses_tf = [], []
-    sess = _session(model, lowering)
+    sess = session(model, log_severity_level=3)  # the library exactly where the model uses the domain
     names = [o.name for o in sess.get_outputs()]
     for k in range(3):
         batch = _batch(10 + k)

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 
 import ort_ops
+from backends import library_session
 from golden_io import load_cases
 from ort_ops.model import make_single_op_model
 from ort_ops.schemas import register_schemas
@@ -55,10 +55,7 @@ def test_onnx_shape_inference_keeps_the_rank_unknown(op):
 @pytest.mark.parametrize("op", [s.name for s in OP_SPECS])
 def test_ort_session_does_not_claim_a_shape(op, capfd):
     model, case = _shapeless_model(op)
-    so = ort.SessionOptions()
-    so.log_severity_level = 2  # warnings: ORT reports a shape mismatch at this level
-    so.register_custom_ops_library(ort_ops.library_path())
-    session = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    session = library_session(model, log_severity_level=2)  # warnings: ORT reports a shape mismatch at this level
     feeds = {i.name: np.asarray(x) for i, x in zip(session.get_inputs(), case["inputs"])}
     outputs = session.run(None, feeds)
     want = ort_ops.get_spec(op).run_reference([np.asarray(x) for x in case["inputs"]], case["attrs"])
@@ -73,9 +70,6 @@ def test_the_warning_check_can_fail(capfd):
     model = make_single_op_model("FakeQuantWithMinMaxArgs", [x], {})
     model.graph.input[0].type.tensor_type.ClearField("shape")
     model.graph.output[0].type.tensor_type.shape.ClearField("dim")  # declared: a scalar, as the old inference said
-    so = ort.SessionOptions()
-    so.log_severity_level = 2
-    so.register_custom_ops_library(ort_ops.library_path())
-    session = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    session = library_session(model, log_severity_level=2)
     session.run(None, {session.get_inputs()[0].name: x})
     assert SHAPE_WARNING in capfd.readouterr().err

@@ -118,8 +118,8 @@ SPECS = (
         (G, X, MIN0, MAX0),
         (
             Param("backprops_wrt_input", FLOAT),
-            Param("backprop_wrt_min", FLOAT, "sum of gradients where inputs < nudged min (scalar)"),
-            Param("backprop_wrt_max", FLOAT, "sum of gradients where inputs > nudged max (scalar)"),
+            Param("backprop_wrt_min", FLOAT, "sum of gradients where inputs < nudged min (scalar)", summed=True),
+            Param("backprop_wrt_max", FLOAT, "sum of gradients where inputs > nudged max (scalar)", summed=True),
         ),
         VARS_ATTRS,
         _vars_grad_shape,
@@ -139,8 +139,8 @@ SPECS = (
         (G, X, MIN1, MAX1),
         (
             Param("backprops_wrt_input", FLOAT),
-            Param("backprop_wrt_min", FLOAT, "per channel: sum of gradients where inputs < nudged min"),
-            Param("backprop_wrt_max", FLOAT, "per channel: sum of gradients where inputs > nudged max"),
+            Param("backprop_wrt_min", FLOAT, "per channel: sum of gradients where inputs < nudged min", summed=True),
+            Param("backprop_wrt_max", FLOAT, "per channel: sum of gradients where inputs > nudged max", summed=True),
         ),
         VARS_ATTRS,
         _per_channel_grad_shape,

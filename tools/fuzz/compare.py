@@ -1,6 +1,6 @@
 """Comparing the library's outputs with TensorFlow's, by the conformance suite's own rules (imported from
 ``tests/``, not restated): quantization ops bit for bit with the summed FakeQuant gradients to their
-tolerance (tests/quantization_checks.py), batch norm to tests/test_batch_norm.py's ``assert_close`` and
+tolerance (tests/comparison.py), batch norm to tests/test_batch_norm.py's ``assert_close`` and
 depthwise to tests/test_depthwise.py's ``assert_close`` (each module's docstring justifies its tolerance).
 """
 from __future__ import annotations
@@ -20,11 +20,11 @@ TESTS = Path(__file__).resolve().parents[2] / "tests"
 def _suite():
     if str(TESTS) not in sys.path:
         sys.path.insert(0, str(TESTS))
-    import quantization_checks
+    import comparison
     import test_batch_norm
     import test_depthwise
 
-    return quantization_checks, test_batch_norm, test_depthwise
+    return comparison, test_batch_norm, test_depthwise
 
 
 def undefined_outputs(case: Case) -> tuple:
@@ -42,12 +42,12 @@ def undefined_outputs(case: Case) -> tuple:
 
 def mismatch(case: Case, expected, actual) -> Optional[str]:
     """None when the library's outputs ``actual`` agree with TF's ``expected``, else what differs."""
-    quantization, batch_norm, depthwise = _suite()
+    comparison, batch_norm, depthwise = _suite()
     if len(expected) != len(actual):
         return f"{len(actual)} outputs, TF gives {len(expected)}"
     family = ort_ops.get_spec(case.op).family
     if family in ("fake_quant", "quantize_dequantize"):
-        return quantization.outputs_mismatch(case.op, case.inputs, list(expected), list(actual))
+        return comparison.quantization_mismatch(case.op, case.inputs, list(expected), list(actual))
     skip = undefined_outputs(case)
     for k, (want, got) in enumerate(zip(expected, actual)):
         if k in skip:
