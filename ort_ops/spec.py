@@ -207,7 +207,9 @@ def normalize_attr(op: str, attr: Attr, value: Any) -> Any:
         if not isinstance(value, str):
             raise OpError(op, f"attribute {attr.name} must be a string, got {value!r}")
         if attr.choices and value not in attr.choices:
-            raise OpError(op, f"attribute {attr.name} must be one of {list(attr.choices)}, got {value!r}")
+            # TF's words (its op registry rejects the value before any kernel runs); the C++ adapters say the same.
+            allowed = ", ".join(f'"{c}"' for c in attr.choices)
+            raise OpError(op, f"Value for attr '{attr.name}' of \"{value}\" is not in the list of allowed values: {allowed}")
         return value
     if attr.kind == "bool":
         if value not in (0, 1, True, False):
