@@ -17,6 +17,9 @@ from __future__ import annotations
 
 import numpy as np
 
+import ort_ops
+from converters.family import tf_attributes
+from ort_ops.checks.depthwise import spatial_axes
 from ort_ops.schemas import DOMAIN
 
 DEPTHWISE = "DepthwiseConv2dNative"
@@ -36,8 +39,9 @@ def _only_consumer(g, output: str, node) -> bool:
     return output not in g.outputs and [c.name for c in g.find_output_consumers(output)] == [node.name]
 
 
-def _spatial_axes(fmt: str):
-    return (2, 3) if fmt == "NCHW" else (1, 2)
+def _attrs(node) -> dict:
+    """A domain node's attributes read through its spec (TF's defaults filled in)."""
+    return tf_attributes(node, ort_ops.get_spec(node.type))
 
 
 def _optimizer_base():
@@ -71,7 +75,8 @@ def pad_into_depthwise_class():
             pad = node.inputs[0]
             if pad is None or pad.type != "Pad" or not _only_consumer(g, pad.output[0], node):
                 return False
-            padding = _str_attr(node, "padding", "VALID")
+            attrs = _attrs(node)
+            padding = attrs["padding"]
             mode = _str_attr(pad, "mode", "constant")
             if padding not in ("VALID", "EXPLICIT") or mode != "constant" or len(pad.input) < 2:
                 return False
@@ -83,10 +88,10 @@ def pad_into_depthwise_class():
             if not np.all(np.isfinite(filt)) or np.any(value != 0) or pads.shape != (8,) or np.any(pads < 0):
                 return False
             begin, end = pads[:4], pads[4:]
-            rows, cols = _spatial_axes(_str_attr(node, "data_format", "NHWC"))
+            rows, cols, _ = spatial_axes(attrs["data_format"])
             if any(begin[a] or end[a] for a in range(4) if a not in (rows, cols)):
                 return False  # padding the batch or the channels changes the output's shape
-            explicit = list(node.get_attr_value("explicit_paddings", [])) or [0] * 8
+            explicit = attrs["explicit_paddings"] or [0] * 8
             for a in (rows, cols):
                 explicit[2 * a] += int(begin[a])
                 explicit[2 * a + 1] += int(end[a])
@@ -103,7 +108,10 @@ def pad_into_depthwise_class():
 def fold_batch_norm_class():
     class FoldBatchNorm(_Fusion, _optimizer_base()):
         def rewrite(self, g, node) -> bool:
-            if node.type not in BATCH_NORMS or node.domain != DOMAIN or node.get_attr_value("is_training", 1):
+            if node.type not in BATCH_NORMS or node.domain != DOMAIN:
+                return False
+            attrs = _attrs(node)
+            if attrs["is_training"]:
                 return False
             if node.output[0] in g.outputs or any(g.find_output_consumers(o) or o in g.outputs for o in node.output[1:]):
                 return False  # only y may be used, by nodes
@@ -114,12 +122,12 @@ def fold_batch_norm_class():
             if any(p is None for p in params) or g.get_dtype(node.input[0]) != 1:  # float32 only
                 return False
             scale, offset, mean, var = (np.asarray(p, np.float32) for p in params)
-            eps = np.float32(node.get_attr_value("epsilon", 1e-4))
+            eps = np.float32(attrs["epsilon"])
             k = (np.float32(1) / np.sqrt(var + eps)) * scale
-            fmt = _str_attr(node, "data_format", "NHWC")
+            fmt = attrs["data_format"]
             if producer.type == "Conv" and producer.domain in ("", "ai.onnx") and fmt == "NCHW":
                 return self._into_conv(g, node, producer, k, offset, mean)
-            if producer.type == DEPTHWISE and producer.domain == DOMAIN and _str_attr(producer, "data_format", "NHWC") == fmt:
+            if producer.type == DEPTHWISE and producer.domain == DOMAIN and _attrs(producer)["data_format"] == fmt:
                 return self._into_depthwise(g, node, producer, k, offset, mean, fmt)
             return False
 

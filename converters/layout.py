@@ -130,8 +130,7 @@ def _layout_optimizer_class():
             return hits == [index]
 
         def _flipped_format(self, trans, node):
-            fmt = node.get_attr_value("data_format", "NHWC")
-            fmt = fmt.decode() if isinstance(fmt, bytes) else fmt
+            fmt = _attrs(node)["data_format"]
             return _FLIPPED_FORMAT.get((fmt, tuple(trans.get_attr_value("perm"))))
 
         def _set_format(self, node, fmt: str, perm_of_attrs):
@@ -188,7 +187,7 @@ def _layout_optimizer_class():
             return True
 
         def _domain_batch_norm(self, trans, node):
-            if not self._fed_at(trans, node, 0) or node.get_attr_value("is_training", 1):
+            if not self._fed_at(trans, node, 0) or _attrs(node)["is_training"]:
                 return False
             fmt = self._flipped_format(trans, node)
             if fmt is None or not self._switch_transpose_and_node(node, trans):
@@ -250,7 +249,7 @@ def _layout_optimizer_class():
             fmt = None
             if node.type.startswith("FusedBatchNormGrad"):
                 fmt = self._flipped_format(trans, node)
-                if fmt is None or node.get_attr_value("is_training", 1):
+                if fmt is None or _attrs(node)["is_training"]:
                     return False
             # An input that does not arrive through such a Transpose gets a cancelling pair (as tf2onnx does
             # for Add and Mul): its NHWC->NCHW half then moves up the graph or stays, one copy for the two

@@ -98,9 +98,9 @@ def float64_outputs(op, inputs, attrs):
     attrs = ort_ops.get_spec(op).with_defaults(attrs)
     args = [np.asarray(x).astype(np.float64) for x in inputs[:5]]
     if op in FORWARD_OPS:
-        return bn.forward("float64", bn.FORMATS_5D, *args, attrs["epsilon"], attrs["exponential_avg_factor"],
+        return bn.forward(*args, attrs["epsilon"], attrs["exponential_avg_factor"],
                           attrs["data_format"], attrs["is_training"])
-    return bn.backward("float64", bn.FORMATS_5D, *args, attrs["epsilon"], attrs["data_format"], attrs["is_training"])
+    return bn.backward(*args, attrs["epsilon"], attrs["data_format"], attrs["is_training"])
 
 
 def epsilon_matters(op, inputs, attrs, outputs, compared):
@@ -208,7 +208,7 @@ def _loss_gradient_fd(dy, x, scale, offset, mean, var, fmt, is_training):
     """Central differences of L = sum(dy * y) with y from the float64 forward math, for x, scale, offset."""
 
     def loss(x_, scale_, offset_):
-        y = bn.forward("fd", bn.FORMATS_5D, x_, scale_, offset_, mean, var, EPS, 1.0, fmt, is_training)[0]
+        y = bn.forward(x_, scale_, offset_, mean, var, EPS, 1.0, fmt, is_training)[0]
         return float(np.sum(dy * y))
 
     grads = []
@@ -234,7 +234,7 @@ def _fd_problem(seed, fmt, is_training):
     scale, offset = f32(rng.uniform(0.5, 1.5, 3)), f32(rng.standard_normal(3))
     if is_training:
         # The gradient op gets the forward op's batch mean and biased variance.
-        out = bn.forward("fd", bn.FORMATS_5D, x.astype(np.float64), scale, offset, f32([]), f32([]), EPS, 1.0, fmt, True)
+        out = bn.forward(x.astype(np.float64), scale, offset, f32([]), f32([]), EPS, 1.0, fmt, True)
         mean, var = f32(out[3]), f32(out[4])
     else:
         mean, var = f32(rng.standard_normal(3) * 0.3), f32(rng.uniform(0.5, 2.0, 3))
@@ -262,7 +262,7 @@ def test_gradient_matches_finite_differences(backend, op, is_training, fmt):
 def test_float64_gradient_math_matches_finite_differences(is_training, fmt):
     dy, x, scale, offset, mean, var = (a.astype(np.float64) for a in _fd_problem(11, fmt, is_training))
     fd = _loss_gradient_fd(dy, x, scale, offset, mean, var, fmt, is_training)
-    got = bn.backward("fd", bn.FORMATS_5D, dy, x, scale, mean, var, EPS, fmt, is_training)
+    got = bn.backward(dy, x, scale, mean, var, EPS, fmt, is_training)
     assert got[0].dtype == np.float64
     for name, g, want in zip(("x_backprop", "scale_backprop", "offset_backprop"), got, fd):
         err = float(np.max(np.abs(g - want)))
@@ -317,13 +317,14 @@ def test_bad_data_format_is_rejected(backend, op):
         assert op in text and "data_format" in text.replace("data format", "data_format"), text
 
 
-def test_kernel_checks_data_format_itself():
-    """Called directly (bypassing the spec's attribute check), the kernel still names the problem."""
-    from ort_ops.reference import op_fused_batch_norm_v3
-
+def test_family_check_names_a_bad_data_format_itself():
+    """Past the attribute's own check (OpSpec.validate given complete attributes), the family's check,
+    which the kernels run behind, still names the problem in TF's words."""
+    spec = ort_ops.get_spec("FusedBatchNormV3")
+    attrs = {**spec.with_defaults({"epsilon": EPS}), "data_format": "NWHC"}
+    inputs = [_x(), C4, C4, C4, C4]
     with pytest.raises(OpError, match="FusedBatchNormV3: Invalid data format"):
-        op_fused_batch_norm_v3.run(_x(), C4, C4, C4, C4, epsilon=EPS, exponential_avg_factor=1.0,
-                                   data_format="NWHC", is_training=True)
+        spec.validate([x.shape for x in inputs], inputs, [x.dtype for x in inputs], attrs)
 
 
 # --------------------------------------------------------------------------------- edge semantics

@@ -10,7 +10,7 @@ import pytest
 from backends import BACKENDS, BackendError, run_numpy, run_ort
 from ort_ops.model import make_single_op_model
 from ort_ops.schemas import register_schemas
-from ort_ops.specs.depthwise import MAX_OUTPUT_ELEMENTS, output_size_message
+from ort_ops.checks.depthwise import MAX_OUTPUT_ELEMENTS, output_size_message
 
 F32 = np.float32
 SAME = {"strides": [1, 1, 1, 1], "padding": "SAME"}

@@ -38,7 +38,7 @@ from onnx import numpy_helper
 import converters
 from converters.gradients._conv import output_size
 from converters.verification import run_onnx
-from ort_ops.specs.depthwise import output_size as dw_output_size
+from ort_ops.checks.depthwise import output_size as dw_output_size
 
 pytestmark = pytest.mark.tensorflow
 

@@ -8,36 +8,29 @@ broadcast along that axis.
 TF's denormal mode (denormals-are-zero, flush-to-zero; docs/semantics.md 0.3) is not emulated: ORT's
 ops compute with subnormals, and flushing every intermediate would multiply the graph. Where it decides
 NaN or Inf (an inference variance of 1e-45 with epsilon 0: TF inf, here 2.7e22) the result differs.
+
+What TF rejects is rejected by the spec's checks (``Lowering.validate``); the one limitation of this
+lowering is that the rank of x must be known at conversion time.
 """
 from __future__ import annotations
 
 import numpy as np
 from onnx import TensorProto
 
-import ort_ops
 from converters.standard._builder import Lowering
-from ort_ops.specs.batch_norm import FORMATS_5D, data_format_message, rank_message
+from ort_ops.checks.batch_norm import channel_axis
 
 F32 = np.float32
 FLOAT = TensorProto.FLOAT
-X_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16}
 
 
 class _Layout:
-    def __init__(self, lw: Lowering, x_index: int, versions_5d: bool):
-        fmt = lw.attrs["data_format"]
-        if fmt not in FORMATS_5D:
-            lw.fail(data_format_message(fmt, FORMATS_5D))
-        if fmt in ("NDHWC", "NCDHW") and not versions_5d:
-            lw.fail(f"data_format {fmt} needs the V3 op")
+    def __init__(self, lw: Lowering, x_index: int):
         rank = lw.rank(x_index)
         if rank is None:
             lw.fail("the rank of x must be known at conversion time")
-        if rank not in (4, 5):
-            name = ort_ops.get_spec(lw.op_type).inputs[x_index].name
-            lw.fail(rank_message(name, [None if d < 0 else d for d in lw.shape(x_index)]))
         self.rank = rank
-        self.channel_axis = 1 if fmt.startswith("NC") else rank - 1
+        self.channel_axis = channel_axis(rank, lw.attrs["data_format"])
         self.reduce_axes = [a for a in range(rank) if a != self.channel_axis]
 
     def per_channel(self, lw: Lowering, v: str) -> str:
@@ -45,22 +38,6 @@ class _Layout:
         if self.channel_axis == self.rank - 1:
             return v
         return lw.op("Reshape", v, lw.const([-1] + [1] * (self.rank - 2), np.int64))
-
-
-def _x_type(lw: Lowering, indices):
-    t = lw.dtype(indices[0])
-    if t not in X_TYPES:
-        lw.fail("x must be float32, float16 or bfloat16")
-    for i in indices[1:]:
-        if lw.dtype(i) != t:
-            lw.fail("x and y_backprop must have the same type")
-    return t
-
-
-def _check_float_params(lw: Lowering, indices):
-    for i in indices:
-        if lw.dtype(i) != FLOAT:
-            lw.fail("scale, offset, mean and variance must be float32 (TF has no CPU kernel for other types)")
 
 
 def _to_float(lw: Lowering, x: str, t: int) -> str:
@@ -85,12 +62,12 @@ def _rows(lw: Lowering, x: str, layout: _Layout) -> str:
 
 def _lower_forward(ctx, node, version: int):
     lw = Lowering(ctx, node)
-    t = _x_type(lw, [0])
-    _check_float_params(lw, [1, 2, 3, 4])
-    layout = _Layout(lw, 0, version == 3)
+    lw.validate()
+    t = lw.dtype(0)
+    layout = _Layout(lw, 0)
     epsilon = F32(lw.attrs["epsilon"])
     factor = F32(lw.attrs["exponential_avg_factor"])
-    training = bool(lw.attrs["is_training"])
+    training = lw.attrs["is_training"]
     lw.take_over()
     x_in, scale, offset, mean_in, var_in = lw.inputs
     x = _to_float(lw, x_in, t)
@@ -128,18 +105,13 @@ def _lower_forward(ctx, node, version: int):
         lw.emit(5, lw.const(0.0, F32))  # scalar placeholder, as TF's CPU kernel
 
 
-def _lower_grad(ctx, node, version: int):
+def _lower_grad(ctx, node):
     lw = Lowering(ctx, node)
-    t = _x_type(lw, [0, 1])
-    _check_float_params(lw, [2, 3, 4])
-    layout = _Layout(lw, 1, version == 3)
-    dy_shape, x_shape = lw.shape(0), lw.shape(1)
-    if dy_shape is not None and x_shape is not None and (
-        len(dy_shape) != len(x_shape) or any(a != b and a >= 0 and b >= 0 for a, b in zip(dy_shape, x_shape))
-    ):
-        lw.fail(f"x and y_backprop must have same shape, but x has shape {x_shape} and y_backprop has shape {dy_shape}")
+    lw.validate()
+    t = lw.dtype(1)
+    layout = _Layout(lw, 1)
     epsilon = F32(lw.attrs["epsilon"])
-    training = bool(lw.attrs["is_training"])
+    training = lw.attrs["is_training"]
     lw.take_over()
     dy_in, x_in, scale, saved_mean, saved_var = lw.inputs[:5]
     dy, x = _to_float(lw, dy_in, t), _to_float(lw, x_in, t)
@@ -173,7 +145,7 @@ LOWERINGS = {
     "FusedBatchNorm": lambda ctx, node: _lower_forward(ctx, node, 1),
     "FusedBatchNormV2": lambda ctx, node: _lower_forward(ctx, node, 2),
     "FusedBatchNormV3": lambda ctx, node: _lower_forward(ctx, node, 3),
-    "FusedBatchNormGrad": lambda ctx, node: _lower_grad(ctx, node, 1),
-    "FusedBatchNormGradV2": lambda ctx, node: _lower_grad(ctx, node, 2),
-    "FusedBatchNormGradV3": lambda ctx, node: _lower_grad(ctx, node, 3),
+    "FusedBatchNormGrad": _lower_grad,
+    "FusedBatchNormGradV2": _lower_grad,
+    "FusedBatchNormGradV3": _lower_grad,
 }

@@ -11,6 +11,10 @@ float32 runs as is; float16/bfloat16 are cast to float32 and back (TF also compu
 float); float64 cannot be lowered (ONNX Runtime's CPU Conv has no double kernel, and narrowing would
 change the result), so it raises LoweringError.
 
+What TF rejects is rejected by the spec's checks (``Lowering.validate``, rules in
+``ort_ops.checks.depthwise``); the failures left here are this lowering's own limitations: float64,
+sizes that must be known at conversion time, and what ConvTranspose cannot express.
+
 TF's denormal mode (docs/semantics.md 0.3) is not emulated: ORT's Conv computes with subnormals, so a
 subnormal operand times an infinite one gives +-inf where TF gives NaN, and products below the normal
 range stay subnormal where TF's are zero (within the tolerance otherwise). Outputs beyond the library's
@@ -22,8 +26,8 @@ import numpy as np
 from onnx import TensorProto
 
 from converters.standard._builder import Lowering
+from ort_ops.checks import depthwise as checks
 from ort_ops.spec import OpError
-from ort_ops.specs.depthwise import check_attrs, output_size, output_size_message
 
 FLOAT = TensorProto.FLOAT
 CAST_TYPES = {TensorProto.FLOAT16, TensorProto.BFLOAT16}
@@ -32,36 +36,19 @@ TO_NHWC = [0, 2, 3, 1]
 
 
 class _Geometry:
-    """Attributes of the op, validated with the spec's own checks."""
+    """The window of the node's (validated) attributes."""
 
     def __init__(self, lw: Lowering):
-        attrs = {
-            "strides": list(lw.attrs["strides"]),
-            "padding": lw.attrs["padding"],
-            "explicit_paddings": list(lw.attrs["explicit_paddings"]),
-            "data_format": lw.attrs["data_format"],
-            "dilations": list(lw.attrs["dilations"]),
-        }
-        if attrs["padding"] not in ("SAME", "VALID", "EXPLICIT"):
-            lw.fail(f"padding must be SAME, VALID or EXPLICIT, got {attrs['padding']!r}")
-        if attrs["data_format"] not in ("NHWC", "NCHW"):
-            lw.fail(f"data_format must be NHWC or NCHW, got {attrs['data_format']!r}")
-        try:
-            self.stride, self.dilations, self.explicit = check_attrs(lw.op_type, attrs)
-        except OpError as e:
-            lw.fail(str(e))
-        self.padding = attrs["padding"]
-        self.nhwc = attrs["data_format"] == "NHWC"
+        win = checks.window(lw.attrs)
+        self.stride, self.dilations, self.explicit, self.padding = win.stride, win.dilations, win.explicit, win.padding
+        self.nhwc = lw.attrs["data_format"] == "NHWC"
         self.lw = lw
 
     def dim(self, size: int, k: int, axis: int):
-        """(out, pad_before, pad_after) of spatial ``axis`` (0 rows, 1 cols) for a known input size."""
+        """(out, pad_before, pad_after) of spatial ``axis`` (0 rows, 1 cols) for a known input size; the
+        spec's checks have seen every size this is called with (so out >= 0)."""
         explicit = self.explicit[axis] if self.explicit else None
-        try:
-            return output_size(self.lw.op_type, size, k, self.stride, self.dilations[axis], self.padding, explicit,
-                               ("rows", "cols")[axis])
-        except OpError as e:
-            self.lw.fail(str(e))
+        return checks.window_size(size, k, self.stride, self.dilations[axis], self.padding, explicit)
 
     def spatial(self, shape):
         """(H, W) of a data_format shape, -1 where unknown."""
@@ -76,15 +63,11 @@ class _Geometry:
         return lw.op("Transpose", x, perm=TO_NHWC) if self.nhwc else x
 
 
-def _element_type(lw: Lowering, indices):
-    t = lw.dtype(indices[0])
+def _element_type(lw: Lowering, index: int):
+    """T (the spec's checks have made the inputs agree on one of its types): all but float64."""
+    t = lw.dtype(index)
     if t == TensorProto.DOUBLE:
         lw.fail("float64 is not supported: ONNX Runtime's standard Conv/ConvTranspose have no double CPU kernel")
-    if t != FLOAT and t not in CAST_TYPES:
-        lw.fail("T must be float16, bfloat16 or float32")
-    for i in indices[1:]:
-        if lw.dtype(i) != t:
-            lw.fail("filter and data must have the same type")
     return t
 
 
@@ -120,18 +103,10 @@ def _padded_zeros(lw: Lowering, in_shape, h: int, w: int, c: int, nhwc: bool) ->
 
 
 def _sizes(lw: Lowering, index: int, label: str):
+    """A sizes vector's value (validated by the spec's checks, the size cap included)."""
     value = lw.constant_value(index)
     if value is None:
         lw.fail(f"{label} must be a constant for the standard lowering")
-    if value.ndim != 1:
-        lw.fail(f"{label} input must be 1-dim, not {value.ndim}")
-    if value.shape[0] != 4:
-        lw.fail(f"{label} must have 4 entries, got {value.shape[0]}")
-    if any(v < 0 for v in value):
-        lw.fail(f"{label} entries must be >= 0")
-    message = output_size_message(value, label)  # the library's size cap, as in the kernels
-    if message:
-        lw.fail(message)
     return [int(v) for v in value]
 
 
@@ -144,21 +119,27 @@ def _static_input_sizes(lw: Lowering):
     if shape is None or len(shape) != 4 or min(shape[1:]) < 0:
         lw.fail(f"input_sizes must be a constant for the standard lowering, or the output's shape known but for "
                 f"the batch (got {shape})")
+    known = [None if d < 0 else d for d in shape]
+    try:  # the spec's checks did not see these sizes: run the backprop's rules on them too
+        checks.check_backprop(lw.op_type, checks.window(lw.attrs), lw.attrs["data_format"], known,
+                              _facts(lw.shape(1)), _facts(lw.shape(2)))
+    except OpError as e:
+        lw.fail(e.detail)
     return [max(shape[0], 0)] + [int(v) for v in shape[1:]]
+
+
+def _facts(shape):
+    """A static shape as the checks take it (unknown dims None)."""
+    return None if shape is None else tuple(None if d < 0 else d for d in shape)
 
 
 def lower_forward(ctx, node):
     lw = Lowering(ctx, node)
-    t = _element_type(lw, [0, 1])
+    lw.validate()
     geo = _Geometry(lw)
+    t = _element_type(lw, 0)
     kh, kw, c, m = _filter_dims(lw, lw.shape(1))
     in_shape = lw.shape(0)
-    if in_shape is not None:
-        if len(in_shape) != 4:
-            lw.fail(f"input must be 4-dimensional{in_shape}")
-        in_c = in_shape[3] if geo.nhwc else in_shape[1]
-        if in_c >= 0 and in_c != c:
-            lw.fail(f"input and filter must have the same depth: {in_c} vs {c}")
     h, w = geo.spatial(in_shape)
     if c * m == 0 and (h < 0 or w < 0):
         lw.fail("an empty filter (no channels) needs the input's spatial size at conversion time")
@@ -190,13 +171,11 @@ def lower_forward(ctx, node):
 
 def lower_backprop_input(ctx, node):
     lw = Lowering(ctx, node)
-    t = _element_type(lw, [1, 2])
+    lw.validate()
     geo = _Geometry(lw)
+    t = _element_type(lw, 1)
     sizes = _static_input_sizes(lw)
     kh, kw, c, m = _filter_dims(lw, lw.shape(1))
-    n_c = sizes[3] if geo.nhwc else sizes[1]
-    if n_c != c:
-        lw.fail(f"input and filter must have the same in_depth")
     h, w = geo.spatial(sizes)
     (oh, _, _), (ow, _, _) = geo.dim(h, kh, 0), geo.dim(w, kw, 1)
     if h * w * oh * ow * c * m == 0 or (lw.constant_value(0) is not None and sizes[0] == 0):
@@ -235,8 +214,9 @@ def lower_backprop_input(ctx, node):
 
 def lower_backprop_filter(ctx, node):
     lw = Lowering(ctx, node)
-    t = _element_type(lw, [0, 2])
+    lw.validate()
     geo = _Geometry(lw)
+    t = _element_type(lw, 0)
     kh, kw, c, m = _sizes(lw, 1, "filter_sizes")
     in_shape = lw.shape(0)
     h, w = geo.spatial(in_shape)

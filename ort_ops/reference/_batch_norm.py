@@ -1,6 +1,7 @@
 """Shared math of FusedBatchNorm{,V2,V3} and FusedBatchNormGrad{,V2,V3} (docs/semantics.md section 3).
 
-The per-op files only name the op and its allowed formats; everything else is here. The math is
+The per-op files only name the op; everything else is here. The kernels run behind the spec's checks
+(``OpSpec.validate``, rules in ``ort_ops.checks.batch_norm``), so they take valid inputs. The math is
 dtype-generic: it computes in float32 (TF's U) unless x is float64, which only the finite-difference
 tests use, so the very same formulas can be differentiated numerically.
 
@@ -12,21 +13,10 @@ from __future__ import annotations
 
 import functools
 
-import ml_dtypes
 import numpy as np
 
+from ort_ops.checks.batch_norm import channel_axis
 from ort_ops.reference._fake_quant import flush as _flush
-from ort_ops.spec import OpError
-from ort_ops.specs.batch_norm import data_format_message, rank_message, vector_message
-
-CHANNELS_LAST = ("NHWC", "NDHWC")
-CHANNELS_FIRST = ("NCHW", "NCDHW")
-FORMATS_4D = ("NHWC", "NCHW")  # V1, V2, Grad, GradV2 (op-def attribute choices)
-FORMATS_5D = FORMATS_4D + ("NDHWC", "NCDHW")  # V3, GradV3
-
-# Element types of x TF's CPU kernels take; the statistics are always float32 (U).
-FLOAT32_ONLY = (np.dtype(np.float32),)
-MIXED = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
 
 # Eigen's vectorised column sum handles channels in packets of 8 floats (AVX build) and splits
 # the rows over 4 accumulators once there are at least 16 rows (docs/semantics.md section 3.3).
@@ -34,21 +24,9 @@ _PACKET = 8
 _MIN_ROWS_FOR_SPLIT = 16
 
 
-def _dims(shape) -> str:
-    """A shape written as TF's TensorShape::DebugString does: ``[2,3,4]``, no spaces."""
-    return "[" + ",".join(str(int(d)) for d in shape) + "]"
-
-
 def compute_dtype(x: np.ndarray):
     """float32 (TF's U for every CPU kernel) unless x is float64 (finite-difference tests only)."""
     return np.float64 if x.dtype == np.float64 else np.float32
-
-
-def _channel_axis(op: str, x: np.ndarray, data_format: str, formats) -> int:
-    if data_format not in formats:
-        raise OpError(op, data_format_message(data_format, formats))
-    # A 4-D x with "NCDHW" is plain NCHW; TF parses the 3-D names to the same internal formats.
-    return 1 if data_format in CHANNELS_FIRST else x.ndim - 1
 
 
 def to_rows(x: np.ndarray, axis: int):
@@ -98,31 +76,6 @@ def rsqrt(a: np.ndarray) -> np.ndarray:
     return a.dtype.type(1) / np.sqrt(a)
 
 
-def _check_rank(op, name, shape):
-    if len(shape) not in (4, 5):
-        raise OpError(op, rank_message(name, shape))
-
-
-def _check_vector(op, name, label, arr):
-    """``label``: what TF's message calls the input ``name``."""
-    if arr.ndim != 1:
-        raise OpError(op, vector_message(name, label, arr.shape))
-
-
-def _check_count(op, label, arr, channels, prefix=""):
-    if arr.size != channels:
-        raise OpError(
-            op, f"{prefix}{label} must have the same number of elements as the channels of x, got {arr.size} and {channels}"
-        )
-
-
-def check_x_dtype(op, x, allowed):
-    """The per-op kernels take only the element types TF registers (float64 is for the core math only)."""
-    dtype = np.asarray(x).dtype
-    if dtype not in allowed:
-        raise OpError(op, f"x must be one of {[d.name for d in allowed]}, got {dtype.name}")
-
-
 def _ftz(*arrays):
     """TF's denormal mode (docs/semantics.md section 3.7): its CPU kernels compute with denormals-are-zero
     and flush-to-zero on, so a subnormal float32/float64 operand acts as a signed zero and a subnormal
@@ -145,25 +98,14 @@ def _ieee(kernel):
 
 
 @_ieee
-def forward(op, formats, x, scale, offset, mean, variance, epsilon, exponential_avg_factor, data_format, is_training):
-    """FusedBatchNorm{,V2,V3}: (y, batch_mean, batch_variance, reserve_space_1, reserve_space_2)."""
+def forward(x, scale, offset, mean, variance, epsilon, exponential_avg_factor, data_format, is_training):
+    """FusedBatchNorm{,V2,V3}: (y, batch_mean, batch_variance, reserve_space_1, reserve_space_2).
+
+    mean/variance are read only in inference or when averaging (``checks.reads_statistics``)."""
     x, scale, offset, mean, variance = (np.asarray(a) for a in (x, scale, offset, mean, variance))
-    _check_rank(op, "x", x.shape)
-    _check_vector(op, "scale", "scale", scale)
-    _check_vector(op, "offset", "offset", offset)
-    _check_vector(op, "mean", "estimated_mean", mean)
-    _check_vector(op, "variance", "estimated_variance", variance)
-    axis = _channel_axis(op, x, data_format, formats)
+    axis = channel_axis(x.ndim, data_format)
     channels = x.shape[axis]
-    _check_count(op, "scale", scale, channels)
-    _check_count(op, "offset", offset, channels)
     f = exponential_avg_factor
-    # Only then does TF read mean/variance; otherwise they may have any size (even be empty).
-    reads_stats = not is_training or f != 1.0
-    if reads_stats:
-        prefix = "When is_training=false, " if not is_training else "When exponential_avg_factor != 1, "
-        _check_count(op, "mean", mean, channels, prefix)
-        _check_count(op, "variance", variance, channels, prefix)
 
     ct = compute_dtype(x)
     scale, offset = scale.astype(ct), offset.astype(ct)
@@ -205,26 +147,11 @@ def forward(op, formats, x, scale, offset, mean, variance, epsilon, exponential_
 
 
 @_ieee
-def backward(op, formats, y_backprop, x, scale, reserve_space_1, reserve_space_2, epsilon, data_format, is_training):
+def backward(y_backprop, x, scale, reserve_space_1, reserve_space_2, epsilon, data_format, is_training):
     """FusedBatchNormGrad{,V2,V3}: (x_backprop, scale_backprop, offset_backprop, empty, empty)."""
     dy, x, scale, saved_mean, saved_var = (np.asarray(a) for a in (y_backprop, x, scale, reserve_space_1, reserve_space_2))
-    _check_rank(op, "y_backprop", dy.shape)
-    _check_rank(op, "x", x.shape)
-    _check_vector(op, "scale", "scale", scale)
-    _check_vector(op, "reserve_space_1", "saved mean", saved_mean)
-    _check_vector(op, "reserve_space_2", "saved variance", saved_var)
-    if x.shape != dy.shape:
-        raise OpError(
-            op, f"x and y_backprop must have same shape, but x has shape {_dims(x.shape)} "
-            f"and y_backprop has shape {_dims(dy.shape)}"
-        )
-    if dy.dtype != x.dtype:
-        raise OpError(op, f"y_backprop and x must have the same type, got {dy.dtype.name} and {x.dtype.name}")
-    axis = _channel_axis(op, x, data_format, formats)
+    axis = channel_axis(x.ndim, data_format)
     channels = x.shape[axis]
-    _check_count(op, "scale", scale, channels)
-    _check_count(op, "reserve_space_1", saved_mean, channels)
-    _check_count(op, "reserve_space_2", saved_var, channels)
 
     ct = compute_dtype(x)
     spare = (np.zeros((0,), ct), np.zeros((0,), ct))  # TF's Eigen kernel returns shape-[0] placeholders

@@ -1,10 +1,11 @@
-"""Shared math of the DepthwiseConv2dNative family: validation, geometry and the three kernels.
+"""Shared math of the DepthwiseConv2dNative family: the tap geometry and the three kernels.
 
-Everything works on NHWC arrays; NCHW is transposed in and out by the per-op files (the layout is
-pure data movement, so it changes no arithmetic). Each kernel loops over the kh*kw filter taps only
-and handles whole arrays per tap. The order of the float additions follows TF's Eigen kernels
-(docs/semantics.md section 4) so float32 results are bit-exact against TF with oneDNN off; oneDNN sums
-in other orders, which the tests cover with a tolerance.
+The kernels run behind the spec's checks (``OpSpec.validate``, rules in ``ort_ops.checks.depthwise``),
+so they take valid inputs. Everything works on NHWC arrays; NCHW is transposed in and out by the
+per-op files (the layout is pure data movement, so it changes no arithmetic). Each kernel loops over
+the kh*kw filter taps only and handles whole arrays per tap. The order of the float additions follows
+TF's Eigen kernels (docs/semantics.md section 4) so float32 results are bit-exact against TF with
+oneDNN off; oneDNN sums in other orders, which the tests cover with a tolerance.
 
 Dilations are honoured (the true dilated convolution and its exact gradients), as TF's default
 oneDNN build does. Taps that fall on padding are skipped, i.e. contribute an exact zero.
@@ -15,31 +16,8 @@ import dataclasses
 
 import numpy as np
 
+from ort_ops.checks.depthwise import window, window_size
 from ort_ops.reference._fake_quant import flush as _flush
-from ort_ops.spec import OpError
-from ort_ops.specs.depthwise import check_attrs, output_size, output_size_message, spatial_axes
-
-FORWARD = "DepthwiseConv2dNative"
-BACKPROP_INPUT = "DepthwiseConv2dNativeBackpropInput"
-BACKPROP_FILTER = "DepthwiseConv2dNativeBackpropFilter"
-
-# TF's labels inside the backprop kernels' messages ("DepthwiseConv2DBackpropInput: input must be ...").
-LABELS = {BACKPROP_INPUT: "DepthwiseConv2DBackpropInput", BACKPROP_FILTER: "DepthwiseConv2DBackpropFilter"}
-# TF's labels of the sizes-vector checks, shared with Conv2D.
-SIZES_LABELS = {BACKPROP_INPUT: ("Conv2DBackpropInput", "input_sizes"), BACKPROP_FILTER: ("Conv2DBackpropFilter", "filter_sizes")}
-
-FLOAT_TYPES = ("float16", "bfloat16", "float32", "float64")
-INT32_MAX = 2**31 - 1
-# Refuse outputs beyond this many bytes with a clear error instead of a MemoryError deep in NumPy.
-SIZE_SOURCES = {  # what the output's shape is computed from, for the size cap's message
-    FORWARD: "input, filter and attributes",
-    BACKPROP_INPUT: "input_sizes",
-    BACKPROP_FILTER: "filter_sizes",
-}
-
-def shape_str(shape) -> str:
-    """A shape the way TF's TensorShape::DebugString prints it: ``[4,4,2]``."""
-    return "[" + ",".join(str(int(d)) for d in shape) + "]"
 
 
 def is_low_precision(dtype) -> bool:
@@ -51,28 +29,12 @@ def accumulator_dtype(dtype) -> np.dtype:
     return np.dtype(np.float32) if is_low_precision(dtype) else np.dtype(dtype)
 
 
-def check_float(op, **arrays):
-    """All the T inputs must have one of the four float types, and the same one."""
-    dtypes = {name: np.asarray(a).dtype for name, a in arrays.items()}
-    for name, dt in dtypes.items():
-        if dt.name not in FLOAT_TYPES:
-            raise OpError(op, f"{name} must be float16, bfloat16, float32 or float64, got {dt.name}")
-    if len({dt.name for dt in dtypes.values()}) > 1:
-        listed = ", ".join(f"{name} is {dt.name}" for name, dt in dtypes.items())
-        raise OpError(op, f"inputs must have the same type T: {listed}")
-    return next(iter(dtypes.values()))
-
-
 def to_nhwc(x, data_format):
     return np.transpose(x, (0, 2, 3, 1)) if data_format == "NCHW" else x
 
 
 def from_nhwc(x, data_format):
     return np.ascontiguousarray(np.transpose(x, (0, 3, 1, 2)) if data_format == "NCHW" else x)
-
-
-def shape_to_nhwc(shape, data_format):
-    return (shape[0], shape[2], shape[3], shape[1]) if data_format == "NCHW" else tuple(shape)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,85 +81,15 @@ def _valid_range(out_n, in_n, stride, offset):
     return slice(first, last), slice(start, stop, stride)
 
 
-def geometry(op, attrs, input_nhwc, filter_shape) -> Geometry:
-    """The tap geometry of valid attrs and shapes; raises TF's output-size error."""
-    stride, (dil_h, dil_w), explicit = check_attrs(op, attrs)
+def geometry(attrs, input_nhwc, filter_shape) -> Geometry:
+    """The tap geometry of valid attributes and shapes (input as (N, H, W, C), filter [kh, kw, C, M])."""
+    win = window(attrs)
     n, h, w, c = input_nhwc
     kh, kw, _, m = filter_shape
-    explicit = explicit or (None, None)
-    oh, pt, _ = output_size(op, h, kh, stride, dil_h, attrs["padding"], explicit[0], "rows")
-    ow, pl, _ = output_size(op, w, kw, stride, dil_w, attrs["padding"], explicit[1], "cols")
-    return Geometry(n, h, w, c, kh, kw, m, oh, ow, stride, dil_h, dil_w, pt, pl)
-
-
-def forward_geometry(attrs, input_shape, filter_shape) -> Geometry:
-    """The forward op's checks in TF's order (attrs, ranks, depths, sizes)."""
-    op = FORWARD
-    check_attrs(op, attrs)
-    if len(input_shape) != 4:
-        raise OpError(op, f"input must be 4-dimensional{shape_str(input_shape)}")
-    if len(filter_shape) != 4:
-        raise OpError(op, f"filter must be 4-dimensional: {shape_str(filter_shape)}")
-    n, h, w, c = shape_to_nhwc(input_shape, attrs["data_format"])
-    if c != filter_shape[2]:
-        raise OpError(op, f"input and filter must have the same depth: {c} vs {filter_shape[2]}")
-    return geometry(op, attrs, (n, h, w, c), filter_shape)
-
-
-def backprop_geometry(op, attrs, input_shape, filter_shape, dy_shape) -> Geometry:
-    """The backprops' shared checks in TF's order, with TF's label in front of each message."""
-    label = LABELS[op]
-    check_attrs(op, attrs)
-    sizes_name = SIZES_LABELS[op][1]  # the input or filter shape this op reads from a sizes vector
-    for name, shape in (("input", input_shape), ("filter", filter_shape), ("out_backprop", dy_shape)):
-        if len(shape) != 4:
-            # TF's message names the tensor; a shape read from input_sizes/filter_sizes names that vector.
-            source = f"{sizes_name} has {len(shape)} values: " if sizes_name == f"{name}_sizes" else ""
-            raise OpError(op, f"{source}{label}: {name} must be 4-dimensional")
-    fmt = attrs["data_format"]
-    n, h, w, c = shape_to_nhwc(input_shape, fmt)
-    dn, dh, dw, dc = shape_to_nhwc(dy_shape, fmt)
-    if n != dn:
-        raise OpError(op, f"{label}: input and out_backprop must have the same batch size")
-    for what, v in (("rows", h), ("cols", w), ("depth", c)):
-        if v > INT32_MAX:
-            raise OpError(op, f"{label}: {what} of input too large")
-    if c != filter_shape[2]:
-        raise OpError(op, f"{label}: input and filter must have the same in_depth")
-    if c * filter_shape[3] != dc:
-        raise OpError(
-            op,
-            f"out_backprop depth {dc} is not in_depth {c} * depth_multiplier {filter_shape[3]}: "
-            f"{label}: depth_multiplier * in_depth not equal to out_depth",
-        )
-    g = geometry(op, attrs, (n, h, w, c), filter_shape)
-    for what, actual, computed in (("rows", dh, g.out_rows), ("cols", dw, g.out_cols)):
-        if actual != computed:
-            raise OpError(
-                op, f"{label}: Number of {what} of out_backprop doesn't match computed: actual = {actual}, computed = {computed}"
-            )
-    return g
-
-
-def check_sizes_vector(op, sizes):
-    """``input_sizes`` / ``filter_sizes``: an int32 vector of 4 non-negative dims; returns them as ints."""
-    label, name = SIZES_LABELS[op]
-    sizes = np.asarray(sizes)
-    if sizes.dtype != np.int32:
-        raise OpError(op, f"{name} must be int32, got {sizes.dtype.name}")
-    if sizes.ndim != 1:
-        raise OpError(op, f"{label}: {name} input must be 1-dim, not {sizes.ndim}")
-    for i, v in enumerate(sizes):
-        if v < 0:
-            raise OpError(op, f"Dimension {i} of {name} must be >= 0")
-    return [int(v) for v in sizes]
-
-
-def check_output_size(op, shape, dtype):
-    """The library's size cap (ort_ops/specs/depthwise.py): an error naming the input the shape comes from."""
-    message = output_size_message(shape, SIZE_SOURCES[op])
-    if message:
-        raise OpError(op, message)
+    explicit = win.explicit or (None, None)
+    oh, pt, _ = window_size(h, kh, win.stride, win.dilations[0], win.padding, explicit[0])
+    ow, pl, _ = window_size(w, kw, win.stride, win.dilations[1], win.padding, explicit[1])
+    return Geometry(n, h, w, c, kh, kw, m, oh, ow, win.stride, win.dilations[0], win.dilations[1], pt, pl)
 
 
 def _ftz(a):
@@ -335,26 +227,3 @@ def _sequential_sum_per_batch(products, dtype):
     for b in range(products.shape[0]):
         total = _ftz(total + buf[b]).astype(dtype).astype(np.float32)
     return total
-
-
-__all__ = [
-    "FORWARD",
-    "BACKPROP_INPUT",
-    "BACKPROP_FILTER",
-    "LABELS",
-    "Geometry",
-    "geometry",
-    "forward_geometry",
-    "backprop_geometry",
-    "check_float",
-    "check_sizes_vector",
-    "check_output_size",
-    "forward",
-    "backprop_input",
-    "backprop_filter",
-    "to_nhwc",
-    "from_nhwc",
-    "shape_to_nhwc",
-    "shape_str",
-    "spatial_axes",
-]

@@ -5,19 +5,14 @@ dW[r, s, c, m] = sum over b, i, j of dY[b, i, j, c*M + m] * input[b, i*S + r*dh 
 """
 import numpy as np
 
+from ort_ops.checks.depthwise import shape_to_nhwc
 from ort_ops.reference import _depthwise as dw
-
-OP = dw.BACKPROP_FILTER
 
 
 def run(input, filter_sizes, out_backprop, *, strides, padding, explicit_paddings, data_format, dilations):  # noqa: A002
     attrs = dict(strides=strides, padding=padding, explicit_paddings=explicit_paddings, data_format=data_format, dilations=dilations)
     input, out_backprop = np.asarray(input), np.asarray(out_backprop)  # noqa: A001
-    dtype = dw.check_float(OP, input=input, out_backprop=out_backprop)
-    dw.check_attrs(OP, attrs)
-    filter_shape = dw.check_sizes_vector(OP, filter_sizes)
-    g = dw.backprop_geometry(OP, attrs, input.shape, filter_shape, out_backprop.shape)
-    dw.check_output_size(OP, filter_shape, dtype)
+    g = dw.geometry(attrs, shape_to_nhwc(input.shape, data_format), [int(v) for v in filter_sizes])
     with np.errstate(invalid="ignore", over="ignore"):  # inf - inf and overflow follow IEEE, as in TF
         dwt = dw.backprop_filter(dw.to_nhwc(input, data_format), dw.to_nhwc(out_backprop, data_format), g)
     return (dwt,)

@@ -5,19 +5,14 @@ y = i*S + r*dh - pt and x = j*S + s*dw - pl (taps that land on padding contribut
 """
 import numpy as np
 
+from ort_ops.checks.depthwise import shape_to_nhwc
 from ort_ops.reference import _depthwise as dw
-
-OP = dw.BACKPROP_INPUT
 
 
 def run(input_sizes, filter, out_backprop, *, strides, padding, explicit_paddings, data_format, dilations):  # noqa: A002
     attrs = dict(strides=strides, padding=padding, explicit_paddings=explicit_paddings, data_format=data_format, dilations=dilations)
     filter, out_backprop = np.asarray(filter), np.asarray(out_backprop)  # noqa: A001
-    dtype = dw.check_float(OP, filter=filter, out_backprop=out_backprop)
-    dw.check_attrs(OP, attrs)
-    input_shape = dw.check_sizes_vector(OP, input_sizes)
-    g = dw.backprop_geometry(OP, attrs, input_shape, filter.shape, out_backprop.shape)
-    dw.check_output_size(OP, input_shape, dtype)
+    g = dw.geometry(attrs, shape_to_nhwc([int(v) for v in input_sizes], data_format), filter.shape)
     with np.errstate(invalid="ignore", over="ignore"):  # inf - inf and overflow follow IEEE, as in TF
         dx = dw.backprop_input(filter, dw.to_nhwc(out_backprop, data_format), g)
     return (dw.from_nhwc(dx, data_format),)

@@ -6,13 +6,8 @@ import numpy as np
 
 from ort_ops.reference import _batch_norm as _bn
 
-OP = "FusedBatchNormV3"
-
 
 def run(x, scale, offset, mean, variance, *, epsilon, exponential_avg_factor, data_format, is_training):
-    _bn.check_x_dtype(OP, x, _bn.MIXED)
-    outputs = _bn.forward(
-        OP, _bn.FORMATS_5D, x, scale, offset, mean, variance, epsilon, exponential_avg_factor, data_format, is_training
-    )
+    outputs = _bn.forward(x, scale, offset, mean, variance, epsilon, exponential_avg_factor, data_format, is_training)
     # reserve_space_3 is a scalar 0 on TF's CPU kernel (a cuDNN workspace on GPU).
     return outputs + (np.zeros((), outputs[1].dtype),)

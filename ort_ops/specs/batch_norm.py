@@ -1,10 +1,9 @@
 """FusedBatchNorm{,V2,V3} and FusedBatchNormGrad{,V2,V3}."""
-from ort_ops.spec import BFLOAT16, FLOAT, FLOAT16, Attr, OpError, OpSpec, Param, snake_case
+from ort_ops.checks import batch_norm as checks
+from ort_ops.checks.batch_norm import FORMATS_4D, FORMATS_5D
+from ort_ops.spec import BFLOAT16, FLOAT, FLOAT16, Attr, OpSpec, Param, snake_case
 
 FAMILY = "batch_norm"
-
-FORMATS_4D = ("NHWC", "NCHW")
-FORMATS_5D = FORMATS_4D + ("NDHWC", "NCDHW")
 
 EPSILON = Attr("epsilon", "float", 0.0001, "added to the variance before the reciprocal square root")
 AVG_FACTOR = Attr(
@@ -17,95 +16,21 @@ def _format_attr(choices):
     return Attr("data_format", "string", "NHWC", "layout of x (channels last or channels first)", choices=choices)
 
 
-def _dims(shape):
-    """A shape as TF's TensorShape::DebugString writes it (``[2,3,?]``), so messages read like TF's."""
-    return "[" + ",".join("?" if d is None else str(d) for d in shape) + "]"
-
-
-def rank_message(name, shape):
-    """TF says "input" for x and for y_backprop alike; the message names the input at fault."""
-    return f"{name} has rank {len(shape)}: input must be 4 or 5-dimensional{_dims(shape)}"
-
-
-def vector_message(name, label, shape):
-    """TF's rank message for a [C] statistic, which uses its own label (``saved mean`` for
-    reserve_space_1, ``estimated_mean`` for mean); the input's name leads where the label differs."""
-    tf_message = f"{label} must be 1-dimensional{_dims(shape)}"
-    return tf_message if name == label else f"{name} has rank {len(shape)}: {tf_message}"
-
-
-def data_format_message(data_format, formats):
-    return f'Invalid data format: data_format "{data_format}" is not one of {", ".join(formats)}'
-
-
-def _channels(op, shape, data_format, name="x"):
-    if shape is None:
-        return None
-    if len(shape) not in (4, 5):
-        raise OpError(op, rank_message(name, shape))
-    return shape[1] if data_format.startswith("NC") else shape[-1]
-
-
-def _check_stat(op, name, rank_label, size_label, s, c, prefix=""):
-    """The [C] statistic ``name``: 1-D, and (unless ``size_label`` is None) C elements when both are
-    known. TF names some inputs differently in its rank and size messages, hence two labels."""
-    if s is None:
-        return
-    if len(s) != 1:
-        raise OpError(op, vector_message(name, rank_label, s))
-    if size_label is not None and c is not None and s[0] is not None and s[0] != c:
-        raise OpError(
-            op, f"{prefix}{size_label} must have the same number of elements as the channels of x, got {s[0]} and {c}"
-        )
-
-
-def _forward_shape(op, version):
+def _forward_shape(op, version, formats):
     def fn(shapes, values, attrs):
-        x = shapes[0]
-        c = _channels(op, x, attrs["data_format"])
-        names = ("scale", "offset", "mean", "variance")
-        for name, rank_label, s in zip(names, ("scale", "offset", "estimated_mean", "estimated_variance"), shapes[1:5]):
-            _check_stat(op, name, rank_label, None, s, c)  # TF checks every rank before any size
-        for name, s in zip(("scale", "offset"), shapes[1:3]):
-            _check_stat(op, name, name, name, s, c)
-            if c is None and s is not None:
-                c = s[0]
-        # mean/variance are read (and their size checked) only in inference or when averaging.
-        training, f = attrs["is_training"], attrs["exponential_avg_factor"]
-        reads_stats = not training or f != 1.0
-        prefix = "When is_training=false, " if not training else "When exponential_avg_factor != 1, "
-        _check_stat(op, "mean", "estimated_mean", "mean" if reads_stats else None, shapes[3], c, prefix)
-        _check_stat(op, "variance", "estimated_variance", "variance" if reads_stats else None, shapes[4], c, prefix)
-        outs = [x, (c,), (c,), (c,), (c,)]
+        c = checks.check_forward(op, formats, shapes, attrs)
+        outs = [shapes[0], (c,), (c,), (c,), (c,)]
         if version == 3:
-            outs.append(())
+            outs.append(())  # reserve_space_3: a scalar on TF's CPU
         return outs
 
     return fn
 
 
-def _grad_shape(op, version):
+def _grad_shape(op, formats):
     def fn(shapes, values, attrs):
-        dy, x = shapes[0], shapes[1]
-        for name, s in (("y_backprop", dy), ("x", x)):
-            if s is not None and len(s) not in (4, 5):
-                raise OpError(op, rank_message(name, s))
-        if dy is not None and x is not None and (
-            len(dy) != len(x) or any(a is not None and b is not None and a != b for a, b in zip(dy, x))
-        ):
-            raise OpError(
-                op, f"x and y_backprop must have same shape, but x has shape {_dims(x)} and y_backprop has shape {_dims(dy)}"
-            )
-        x = x if x is not None else dy
-        c = _channels(op, x, attrs["data_format"])
-        names = ("scale", "reserve_space_1", "reserve_space_2")
-        for name, rank_label, s in zip(names, ("scale", "saved mean", "saved variance"), shapes[2:5]):
-            _check_stat(op, name, rank_label, None, s, c)  # TF checks every rank before any size
-        for name, s in zip(names, shapes[2:5]):
-            _check_stat(op, name, name, name, s, c)
-        if c is None and shapes[2] is not None:
-            c = shapes[2][0]
-        return [x, (c,), (c,), (0,), (0,)]
+        c = checks.check_grad(op, formats, shapes, attrs)
+        return [checks.merged_shape(shapes[1], shapes[0]), (c,), (c,), (0,), (0,)]
 
     return fn
 
@@ -136,7 +61,7 @@ def _forward(name, version, types, kernels, inputs_type, formats):
                   placeholder=True),) if version == 3 else ()),
         attrs=(EPSILON, AVG_FACTOR, _format_attr(formats), IS_TRAINING),
         type_constraints=types,
-        shape_fn=_forward_shape(name, version),
+        shape_fn=_forward_shape(name, version, formats),
         reference=f"op_{snake_case(name)}:run",
         kernels=kernels,
         deviations=(
@@ -177,7 +102,7 @@ def _grad(name, version, types, kernels, stats_type, scale_type, formats):
         ),
         attrs=(EPSILON, _format_attr(formats), IS_TRAINING),
         type_constraints=types,
-        shape_fn=_grad_shape(name, version),
+        shape_fn=_grad_shape(name, formats),
         reference=f"op_{snake_case(name)}:run",
         kernels=kernels,
         deviations=(

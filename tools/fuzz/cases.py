@@ -13,7 +13,7 @@ import numpy as np
 import ort_ops
 from ort_ops.spec import OpError
 
-# The library refuses any output of more than 2^31 elements (ort_ops/specs/depthwise.py MAX_OUTPUT_ELEMENTS).
+# The library refuses any output of more than 2^31 elements (ort_ops/checks/depthwise.py MAX_OUTPUT_ELEMENTS).
 LIBRARY_CAP = 1 << 31
 # A case the generator keeps: at most this many input elements, and every output either at most
 # SMALL_OUTPUT elements or beyond the library's cap (which the library must refuse by itself). Outputs in
