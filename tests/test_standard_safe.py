@@ -37,6 +37,7 @@ from onnx import numpy_helper
 
 import converters
 from converters.gradients._conv import output_size
+from comparison import bits_mismatch
 from converters.verification import run_onnx
 from ort_ops.checks.depthwise import output_size as dw_output_size
 
@@ -216,8 +217,9 @@ def _compare(cases, got, exact=False):
         if value.shape != expected.shape:
             bad.append(f"{label}: shape {value.shape}, want {expected.shape}")
         elif exact:
-            if not np.array_equal(value.view(np.uint32), expected.view(np.uint32)):
-                bad.append(f"{label}: not bit-identical")
+            why = bits_mismatch(expected, value)
+            if why:
+                bad.append(f"{label}: {why}")
         elif expected.size:
             scale = max(float(np.abs(expected).max()), 1.0)
             err = float(np.abs(value.astype(np.float64) - expected).max())

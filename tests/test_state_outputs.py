@@ -21,6 +21,7 @@ import tf_keras
 import converters
 import ort_ops
 from converters.variable_state import TRAINABLE_INPUTS_KEY, VARIABLE_UPDATES_KEY
+from comparison import assert_bits_equal
 from converters.verification import run_onnx, session
 
 pytestmark = pytest.mark.tensorflow
@@ -139,7 +140,7 @@ def test_update_outputs_equal_tf_after_one_step(lowering):
         else:
             # Ranges: min/max reductions, the moving average's v - (v - x) * decay, all exact float ops on
             # inputs that are themselves exact here (the step's activations match TF bit for bit below).
-            assert np.array_equal(got.view(np.uint32), new.view(np.uint32)), name
+            assert_bits_equal(new, got, name)
         # The stale value must not pass: the step moved every one of them.
         assert not np.array_equal(old, new), name
     # The function's own outputs, computed after tfmot's range updates, match TF exactly here.
