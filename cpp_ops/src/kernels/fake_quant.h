@@ -185,8 +185,7 @@ FakeQuantGrid CheckArgsRange(float min, float max, const FakeQuantBits& bits);
 
 // The Args gradient's shape check, in TF's generic binary-op wording.
 void CheckArgsGradientShapes(const std::vector<int64_t>& gradients, const std::vector<int64_t>& inputs);
-// The Vars gradients' shape check.
-void CheckSameShape(const std::vector<int64_t>& gradients, const std::vector<int64_t>& inputs);
+// The Vars gradients' shape check is CheckGradientSameSize (kernels/op_error.h), shared with QDQ's.
 // The Vars ops' min or max (`name`): a scalar.
 void CheckScalarRange(const std::vector<int64_t>& shape, const char* name);
 // The PerChannel ops: inputs of rank >= 1, min and max vectors of the last dim's size. Returns that size.

@@ -31,10 +31,6 @@ void CheckArgsGradientShapes(const std::vector<int64_t>& gradients, const std::v
   }
 }
 
-void CheckSameShape(const std::vector<int64_t>& gradients, const std::vector<int64_t>& inputs) {
-  if (gradients != inputs) throw OpError("gradient and input must be the same size");
-}
-
 void CheckScalarRange(const std::vector<int64_t>& shape, const char* name) {
   if (!shape.empty()) {
     throw OpError(std::string("`") + name + "` must be rank 0 but is rank " + std::to_string(shape.size()));

@@ -25,6 +25,12 @@ class OpError : public std::runtime_error {
   explicit OpError(const std::string& message) : std::runtime_error(message) {}
 };
 
+// A gradient op's incoming gradient must have its input's shape (FakeQuant and QuantizeAndDequantize
+// gradients alike; ort_ops/checks/_common.py is the Python side of this rule).
+inline void CheckGradientSameSize(const std::vector<std::int64_t>& gradients, const std::vector<std::int64_t>& inputs) {
+  if (gradients != inputs) throw OpError("gradient and input must be the same size");
+}
+
 // "[2,3]", the way TF prints shapes in messages.
 inline std::string ShapeString(const std::vector<std::int64_t>& shape) {
   std::string out = "[";

@@ -87,7 +87,7 @@ void CheckQdqV4GradInputs(int64_t axis, const std::vector<int64_t>& gradients, c
     throw OpError("Axis should be -1 or 0 or a positive value less than " + Str(rank) + "but given axis value was " +
                   Str(axis));
   }
-  if (gradients != x) throw OpError("gradient and input must be the same size");
+  CheckGradientSameSize(gradients, x);
   for (const auto* t : {&min, &max}) {
     if (t->size() > 1) {
       throw OpError(std::string("Input ") + (t == &min ? "min" : "max") + " tensor must have dimension 0 or 1. Received " +

@@ -121,7 +121,7 @@ class FakeQuantWithMinMaxVarsGradient {
 
   void Compute(KernelContext& ctx) const {
     const Tensor g = ctx.Input(0), x = ctx.Input(1), min = ctx.Input(2), max = ctx.Input(3);
-    CheckSameShape(g.shape, x.shape);
+    CheckGradientSameSize(g.shape, x.shape);
     CheckScalarRange(min.shape, "min");
     CheckScalarRange(max.shape, "max");
     float* dx = ctx.Output<float>(0, x.shape);
@@ -182,7 +182,7 @@ class FakeQuantWithMinMaxVarsPerChannelGradient {
 
   void Compute(KernelContext& ctx) const {
     const Tensor g = ctx.Input(0), x = ctx.Input(1), min = ctx.Input(2), max = ctx.Input(3);
-    CheckSameShape(g.shape, x.shape);
+    CheckGradientSameSize(g.shape, x.shape);
     const int64_t depth = CheckChannelRanges(x.shape, min.shape, max.shape);
     float* dx = ctx.Output<float>(0, x.shape);
     float* dmin = ctx.Output<float>(1, {depth});
