@@ -37,6 +37,14 @@ def library_session_options(threads=None, log_severity_level=3):
     return ort_ops.session_options(**settings)
 
 
+def cpu_session(model, options=None):
+    """An ORT session (CPU provider) of an onnx ``model`` as it is: a standard-domain model needs no
+    options; under scripts/test_ortgpu.sh such sessions run in the assertion-enabled build (isolated_ort)."""
+    import onnxruntime as ort
+
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
 def library_session(model, threads=None, log_severity_level=3):
     """An ORT session (CPU provider) of an onnx ``model`` with the library registered."""
     import onnxruntime as ort

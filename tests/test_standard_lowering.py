@@ -16,12 +16,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from unittest import mock  # noqa: E402
 
 import numpy as np  # noqa: E402
-import onnxruntime as ort  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tf2onnx  # noqa: E402
 import tf2onnx.optimizer  # noqa: E402
 
+from backends import cpu_session  # noqa: E402
 from comparison import assert_bits_equal  # noqa: E402
 from converters.errors import LoweringError  # noqa: E402
 from converters.standard import STANDARD_LOWERINGS  # noqa: E402
@@ -84,7 +84,7 @@ class Runner:
     def __init__(self, fn, signature, oracle=None):
         """``fn`` is converted; TF runs ``oracle`` (default: ``fn``) as a graph for the expected values."""
         self.fn = tf.function(oracle or fn, input_signature=signature)
-        self.session = ort.InferenceSession(convert(fn, signature).SerializeToString(), providers=["CPUExecutionProvider"])
+        self.session = cpu_session(convert(fn, signature))
         self.names = [i.name for i in self.session.get_inputs()]
 
     def both(self, *args):
@@ -443,7 +443,7 @@ def test_depthwise_forward_and_backprops(case):
         ]
 
     model = convert(fn, [tf.TensorSpec(in_shape, tf.float32), tf.TensorSpec(filt_shape, tf.float32), tf.TensorSpec(y_shape, tf.float32)])
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    session = cpu_session(model)
     got = session.run(None, dict(zip([i.name for i in session.get_inputs()], [x, f, dy])))
     expected = [np.asarray(e) for e in oracle(x, f, dy)]
     for name, a, b in zip(("forward", "backprop_input", "backprop_filter"), got, expected):

@@ -15,12 +15,12 @@ are compared with the reference only; V3 runs them in TF.
 from __future__ import annotations
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 import tensorflow as tf
 
 import converters
 import ort_ops
+from backends import cpu_session
 from comparison import assert_bits_equal
 from test_standard_lowering import Runner, convert
 
@@ -113,8 +113,7 @@ def test_given_range_input_nan_step_bits_match_tf_and_reference(dtype):
     """The range as graph inputs: ORT against TF and the reference (TF-valid configs), and against the
     reference alone (V2/V4 per axis)."""
     run = Runner(_graph(TF_CONFIGS), _signature(dtype))
-    ref_session = ort.InferenceSession(convert(_graph(REF_CONFIGS), _signature(dtype)).SerializeToString(),
-                                       providers=["CPUExecutionProvider"])
+    ref_session = cpu_session(convert(_graph(REF_CONFIGS), _signature(dtype)))
     names = [i.name for i in ref_session.get_inputs()]
     rng = np.random.default_rng(1212 if dtype == np.float32 else 1213)
     signed_nan_kept = tail_step_nan = 0
@@ -188,7 +187,7 @@ def test_given_range_constant_nan_step_bits_match_tf_and_reference(dtype, static
                 model = converters.from_function(f, list(f.input_signature), lowering="standard")
             else:
                 model = convert(fn, sig)
-            session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+            session = cpu_session(model)
             names = [i.name for i in session.get_inputs()]
             tf_fn = tf.function(fn, input_signature=sig)
             for u, v in cases:

@@ -23,6 +23,7 @@ from onnx import helper
 
 import converters
 import ort_ops
+from backends import cpu_session
 from comparison import assert_bits_equal
 from test_standard_lowering import Runner, convert
 
@@ -139,7 +140,7 @@ def test_data_range_nan_bits_through_the_pipeline_with_static_shapes(dtype, shap
     [pre, D] view."""
     fn = tf.function(_graph, input_signature=[tf.TensorSpec(shape, tf.as_dtype(dtype))])
     model = converters.from_function(fn, list(fn.input_signature), lowering="standard")
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    session = cpu_session(model)
     rng = np.random.default_rng(2123)
     for k in range(12):
         x = _random(rng, dtype, shape)
@@ -179,7 +180,7 @@ def _per_element_nodes(fn, shape):
     model.graph.output.extend(helper.make_tensor_value_info(o, types.get(o, onnx.TensorProto.FLOAT), None) for o in names)
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    session = cpu_session(model, options)
     x = np.random.default_rng(0).normal(size=shape).astype(np.float32)
     values = session.run(None, {session.get_inputs()[0].name: x})
     producers = [n for n in nodes for _ in n.output]

@@ -13,13 +13,12 @@ never reach the custom domain through plain tf2onnx (the last test pins that fac
 from __future__ import annotations
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 import tensorflow as tf
 import tf2onnx
 from onnx import helper
 
-import ort_ops
+from backends import library_session
 from converters.verification import compare_output
 from ort_ops.schemas import DOMAIN
 
@@ -101,7 +100,7 @@ def test_plain_tf2onnx_custom_op_runs_with_library(op):
     assert [n.op_type for n in nodes] == [op]
     assert not {a.name for a in nodes[0].attribute} & {"T", "U"}
     # The model exactly as tf2onnx wrote it (its own ir_version for opset 17), only the library added.
-    sess = ort.InferenceSession(model.SerializeToString(), ort_ops.session_options(), providers=["CPUExecutionProvider"])
+    sess = library_session(model)
     feed = {i.name: np.asarray(v) for i, v in zip(sess.get_inputs(), inputs)}
     got = sess.run(None, feed)
     want = [np.asarray(t) for t in tf.nest.flatten(fn(*inputs))]
