@@ -14,6 +14,8 @@ stops the push, which costs two full copies of the tensor per node (issue 12).
   - QuantizeAndDequantizeV2/V3/V4 with a given range: element-wise per tensor, and per axis with the
     axis moved along (a range taken from the data is not: which NaN or signed zero the reduction keeps
     follows the element order, docs/semantics.md 2.6);
+  - FakeQuantWithMinMaxVarsPerChannel: element-wise per channel; TF's channels are the last dim, so the
+    node gets the domain's ``axis`` attribute naming where that dim went;
   - FusedBatchNorm{,V2,V3} in inference mode: the node takes ``data_format`` NCHW (per-channel
     element-wise work, the same float operations in either layout; a training-mode node sums its
     columns in an order that follows the layout, so it keeps its own);
@@ -24,7 +26,8 @@ stops the push, which costs two full copies of the tensor per node (issue 12).
 
 Gradients whose outputs include sums over the tensor (FakeQuant*Gradient, QuantizeAndDequantizeV4Grad,
 FusedBatchNormGrad*) take the layout only when no node reads those sums (a saliency map reads only dx):
-a different order of the same sum changes its last bits.
+a different order of the same sum changes its last bits. FakeQuantWithMinMaxVarsPerChannelGradient's
+channel axis moves then as the forward op's does.
 """
 from __future__ import annotations
 
@@ -41,8 +44,10 @@ NCHW_TO_NHWC = [0, 2, 3, 1]
 # for its NCHW convolutions, until they cancel against the next convolution's NHWC->NCHW Transpose.
 _FLIPPED_FORMAT = {("NHWC", tuple(NCHW_TO_NHWC)): "NCHW"}
 SWEEPS = True  # False: tf2onnx's own loop (the tests compare the two)
-_ELEMENTWISE_DOMAIN = ("FakeQuantWithMinMaxArgs", "FakeQuantWithMinMaxVars", "QuantizeAndDequantizeV2",
-                       "QuantizeAndDequantizeV3", "QuantizeAndDequantizeV4")
+_ELEMENTWISE_DOMAIN = ("FakeQuantWithMinMaxArgs", "FakeQuantWithMinMaxVars", "FakeQuantWithMinMaxVarsPerChannel",
+                       "QuantizeAndDequantizeV2", "QuantizeAndDequantizeV3", "QuantizeAndDequantizeV4")
+# Domain ops whose `axis` names a dim of input 0 even at -1 (the last dim): it moves with every Transpose.
+_CHANNEL_AXIS = ("FakeQuantWithMinMaxVarsPerChannel", "FakeQuantWithMinMaxVarsPerChannelGradient")
 
 # Standard ops that act element by element (with broadcasting), missing from tf2onnx's handler map.
 _UNARY_ELEMENTWISE = ("Floor", "Ceil", "Round", "IsNaN", "IsInf", "Not", "Sign", "Erf")
@@ -69,6 +74,7 @@ def _layout_optimizer_class():
                 "QuantizeAndDequantizeV2": self._domain_qdq,
                 "QuantizeAndDequantizeV3": self._domain_qdq,
                 "QuantizeAndDequantizeV4": self._domain_qdq,
+                "FakeQuantWithMinMaxVarsPerChannel": self._domain_qdq,
                 "FusedBatchNorm": self._domain_batch_norm,
                 "FusedBatchNormV2": self._domain_batch_norm,
                 "FusedBatchNormV3": self._domain_batch_norm,
@@ -77,6 +83,7 @@ def _layout_optimizer_class():
                 "DepthwiseConv2dNativeBackpropFilter": self._domain_depthwise_backprop_filter,
                 "FakeQuantWithMinMaxArgsGradient": self._domain_gradient,
                 "FakeQuantWithMinMaxVarsGradient": self._domain_gradient,
+                "FakeQuantWithMinMaxVarsPerChannelGradient": self._domain_gradient,
                 "QuantizeAndDequantizeV4Grad": self._domain_gradient,
                 "FusedBatchNormGrad": self._domain_gradient,
                 "FusedBatchNormGradV2": self._domain_gradient,
@@ -182,7 +189,7 @@ def _layout_optimizer_class():
             axis = _attrs(node)["axis"]
             if not self._switch_transpose_and_node(node, trans):
                 return False
-            if axis != -1:  # the node now sees the Transpose's input: dim `axis` of its old input is dim perm[axis]
+            if _axis_moves(node, axis):  # the node now sees the Transpose's input: its old dim `axis` is perm[axis]
                 node.set_attr("axis", _moved_axis(axis, perm))
             return True
 
@@ -272,8 +279,8 @@ def _layout_optimizer_class():
             g.set_dtype(back.output[0], g.get_dtype(dx))
             if fmt is not None:
                 node.set_attr("data_format", fmt)
-            axis = _attrs(node)["axis"] if node.type == "QuantizeAndDequantizeV4Grad" else -1
-            if axis != -1:
+            axis = _attrs(node)["axis"] if node.type in ("QuantizeAndDequantizeV4Grad", *_CHANNEL_AXIS) else -1
+            if _axis_moves(node, axis):
                 node.set_attr("axis", _moved_axis(axis, perm))
             return True
 
@@ -312,8 +319,8 @@ def _layout_optimizer_class():
                     if shape:
                         g.set_shape(y, [shape[i] for i in perm])
                         g.set_shape(q.output[0], [shape[i] for i in perm])
-                    axis = _attrs(q)["axis"] if q.type.startswith("QuantizeAndDequantize") else -1
-                    if axis != -1:  # q now reads Transpose(x), whose dim inverse(perm)[axis] is x's dim `axis`
+                    axis = _attrs(q)["axis"] if "axis" in {a.name for a in ort_ops.get_spec(q.type).attrs} else -1
+                    if _axis_moves(q, axis):  # q now reads Transpose(x), whose dim inverse(perm)[axis] is x's dim `axis`
                         q.set_attr("axis", _moved_axis(axis, _inverse(perm)))
                     changed = moved = True
             if moved:
@@ -343,6 +350,12 @@ def _keeps_every_axis(node) -> bool:
 def _attrs(node) -> dict:
     """A domain node's attributes read through its spec, TF's defaults filled in."""
     return tf_attributes(node, ort_ops.get_spec(node.type))
+
+
+def _axis_moves(node, axis: int) -> bool:
+    """Whether a node's `axis` names a dim that a Transpose moves: a per-axis QuantizeAndDequantize (-1 is
+    per tensor there), or a per-channel FakeQuant at any value (-1 is its last dim)."""
+    return axis != -1 or node.type in _CHANNEL_AXIS
 
 
 def _moved_axis(axis: int, perm) -> int:

@@ -253,3 +253,35 @@ def test_saliency_gradients_take_the_convolutions_layout():
     x = rng.normal(size=(2, 8, 8, 3)).astype(np.float32)
     report = converters.verify(model, fn, inputs=[x], print_table=False)
     assert report.ok, report.table()
+
+
+def test_per_channel_fake_quant_takes_the_layout_with_its_axis_moved():
+    """TF's per-channel FakeQuant quantizes the last dim; in NCHW the node gets axis 1 and no Transpose stays
+    next to it: on the NHWC graph input before a convolution (the input's Transpose moves above it), and
+    between a convolution and a depthwise convolution."""
+    w = tf.constant(np.random.default_rng(2).normal(size=(1, 1, 4, 5)).astype(np.float32))
+    dw = tf.constant(np.random.default_rng(1).normal(size=(3, 3, 5, 1)).astype(np.float32))
+    w2 = tf.constant(np.random.default_rng(4).normal(size=(1, 1, 5, 3)).astype(np.float32))
+    lo4, hi4 = tf.constant(np.linspace(-2, -1, 4).astype(np.float32)), tf.constant(np.linspace(1, 3, 4).astype(np.float32))
+    lo5, hi5 = tf.constant(np.linspace(-3, -1, 5).astype(np.float32)), tf.constant(np.linspace(1, 2, 5).astype(np.float32))
+
+    def body(x):
+        q = tf.quantization.fake_quant_with_min_max_vars_per_channel(x, lo4, hi4, num_bits=6)
+        y = tf.nn.conv2d(q, w, 1, "SAME")
+        y = tf.quantization.fake_quant_with_min_max_vars_per_channel(y, lo5, hi5)
+        y = tf.nn.depthwise_conv2d(y, dw, [1, 1, 1, 1], "SAME")
+        return tf.nn.conv2d(y, w2, 1, "SAME")
+
+    signature = [tf.TensorSpec((2, 6, 6, 4), tf.float32)]
+    fn = tf.function(body, input_signature=signature)
+    model = converters.from_function(fn, signature)
+    fq = [n for n in model.graph.node if n.op_type == "FakeQuantWithMinMaxVarsPerChannel"]
+    assert len(fq) == 2 and [attr(n, "axis") for n in fq] == [1, 1]  # NHWC's last dim is NCHW axis 1
+    assert transposes_next_to_domain(model) == []
+    producers, consumers = _neighbours(model)
+    assert [c.op_type for c in consumers[fq[0].output[0]]] == ["Conv"]
+    assert producers[fq[1].input[0]].op_type == "Conv"
+    assert [c.op_type for c in consumers[fq[1].output[0]]] == ["DepthwiseConv2dNative"]
+    x = np.random.default_rng(3).normal(size=(2, 6, 6, 4)).astype(np.float32) * 3
+    report = converters.verify(model, fn, inputs=[x], print_table=False)
+    assert report.ok, report.table()

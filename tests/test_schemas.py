@@ -77,8 +77,9 @@ OTHER_VALUES = {
     "FakeQuantWithMinMaxArgsGradient": {"min": -2.0, "max": 4.0, **_FQ_ATTRS},
     "FakeQuantWithMinMaxVars": _FQ_ATTRS,
     "FakeQuantWithMinMaxVarsGradient": _FQ_ATTRS,
-    "FakeQuantWithMinMaxVarsPerChannel": _FQ_ATTRS,
-    "FakeQuantWithMinMaxVarsPerChannelGradient": _FQ_ATTRS,
+    # axis 0 selects the 50 rows, which the 3-vectors min/max do not fit: an error shows it arrived.
+    "FakeQuantWithMinMaxVarsPerChannel": {**_FQ_ATTRS, "axis": 0},
+    "FakeQuantWithMinMaxVarsPerChannelGradient": {**_FQ_ATTRS, "axis": 0},
     "QuantizeAndDequantizeV2": _QDQ_ATTRS,
     "QuantizeAndDequantizeV3": {k: v for k, v in _QDQ_ATTRS.items() if k not in ("num_bits", "round_mode")},
     "QuantizeAndDequantizeV4": _QDQ_ATTRS,

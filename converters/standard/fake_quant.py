@@ -285,9 +285,17 @@ def lower_vars_gradient(ctx, node):
     lw.emit(2, lw.where(both_zero, zero, dmax, F32))
 
 
+def _last_axis_only(lw: Lowering):
+    """The standard lowering runs in tf2onnx's handlers, on TF's nodes (which have no `axis`: the last dim),
+    before the layout optimizer could move a Transpose through a node and set another axis."""
+    if lw.attrs["axis"] != -1:
+        lw.fail(f"axis {lw.attrs['axis']}: the standard lowering quantizes along the last dim only (axis -1, TF's op)")
+
+
 def lower_vars_per_channel(ctx, node):
     lw = Lowering(ctx, node)
     lw.validate()
+    _last_axis_only(lw)
     qmin, qmax = _grid(lw)
     constant = _constant_range(lw, 1)
     lw.take_over()
@@ -309,6 +317,7 @@ def lower_vars_per_channel(ctx, node):
 def lower_vars_per_channel_gradient(ctx, node):
     lw = Lowering(ctx, node)
     lw.validate()
+    _last_axis_only(lw)
     qmin, qmax = _grid(lw)
     constant = _constant_range(lw, 2)
     lw.take_over()

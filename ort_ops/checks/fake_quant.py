@@ -47,13 +47,17 @@ def scalar_range(op: str, mn, mx) -> None:
             raise OpError(op, f"`{name}` must be rank 0 but is rank {len(shape)}")
 
 
-def channel_count(op: str, x, mn, mx):
-    """PerChannel ops: inputs of rank >= 1, min and max vectors of its last dim's size; returns that
-    size (None when unknown)."""
+def channel_count(op: str, x, mn, mx, axis: int = -1):
+    """PerChannel ops: inputs of rank >= 1, a channel `axis` of -1 (the last dim, TF's only choice) or
+    in [0, rank), and min and max vectors of that dim's size; returns that size (None when unknown)."""
     if x is not None and len(x) < 1:
         # TF 2.21 aborts the process here (CHECK failure); newer TF sources reject it with this message.
         raise OpError(op, "input must be at least rank 1")
-    depth = None if x is None else x[-1]
+    # `axis` is not TF's (spec deviation); checked after TF's own rank rule, before the sizes it selects.
+    if axis != -1 and (axis < 0 or (x is not None and axis >= len(x))):
+        rank = "?" if x is None else len(x)
+        raise OpError(op, f"attribute axis must be -1 or in [0, rank) = [0, {rank}), was {axis}")
+    depth = None if x is None else x[axis]
     for name, shape in (("min", mn), ("max", mx)):
         if shape is None:
             continue

@@ -182,3 +182,9 @@ def vars_params(mn, mx, num_bits: int, narrow_range: bool):
     nudged_min, nudged_max, scale, inv_scale = nudge(mn, mx, quant_min, quant_max)
     zero_range = (flush(mn) == 0) & (flush(mx) == 0)  # compared with denormals-are-zero on
     return nudged_min, nudged_max, scale, inv_scale, zero_range
+
+
+def along_axis(param, rank: int, axis: int):
+    """A per-channel [d] parameter shaped to broadcast along dim ``axis`` of a rank-``rank`` tensor."""
+    trailing = 0 if axis == -1 else rank - 1 - axis
+    return np.reshape(param, np.shape(param) + (1,) * trailing)

@@ -13,12 +13,17 @@ ARGS_ATTRS = (
     NARROW_RANGE,
 )
 VARS_ATTRS = (NUM_BITS, NARROW_RANGE)
+CHANNEL_AXIS = Attr(
+    "axis", "int", -1,
+    "the channel dim of `inputs` that min/max index: -1 (TF's only behaviour) is the last dim, else 0..rank-1",
+)
+PER_CHANNEL_ATTRS = (NUM_BITS, NARROW_RANGE, CHANNEL_AXIS)
 
 X = Param("inputs", FLOAT, "values to quantize")
 G = Param("gradients", FLOAT, "gradient flowing into the op's output")
 MIN0 = Param("min", FLOAT, "scalar lower end of the range")
 MAX0 = Param("max", FLOAT, "scalar upper end of the range")
-MIN1 = Param("min", FLOAT, "per-channel lower ends, shape [d] (d = last dim of inputs)")
+MIN1 = Param("min", FLOAT, "per-channel lower ends, shape [d] (d = dim `axis` of inputs, the last by default)")
 MAX1 = Param("max", FLOAT, "per-channel upper ends, shape [d]")
 
 
@@ -54,7 +59,7 @@ def _vars_grad_shape(shapes, values, attrs):
 def _per_channel_shape(shapes, values, attrs):
     op = "FakeQuantWithMinMaxVarsPerChannel"
     rules.num_bits(op, attrs)
-    rules.channel_count(op, shapes[0], shapes[1], shapes[2])
+    rules.channel_count(op, shapes[0], shapes[1], shapes[2], attrs["axis"])
     return [shapes[0]]
 
 
@@ -62,7 +67,7 @@ def _per_channel_grad_shape(shapes, values, attrs):
     op = "FakeQuantWithMinMaxVarsPerChannelGradient"
     rules.num_bits(op, attrs)
     x = rules.gradient_same_size(op, shapes[0], shapes[1])
-    d = rules.channel_count(op, x, shapes[2], shapes[3])
+    d = rules.channel_count(op, x, shapes[2], shapes[3], attrs["axis"])
     return [x, (d,), (d,)]
 
 
@@ -85,6 +90,12 @@ def _spec(name, doc, inputs, outputs, attrs, shape_fn, deviations=()):
 PER_CHANNEL_RANK_FIX = (
     "A scalar `inputs` is rejected with 'input must be at least rank 1'; TF 2.21 aborts the process "
     "(CHECK failure, TF issues #63351/#65728), newer TF sources add this same check."
+)
+PER_CHANNEL_AXIS = (
+    "The `axis` attribute is this project's: TF's op has none and always quantizes along the last dim "
+    "(axis = -1, the default). The converters set another value only when the layout optimizer moves "
+    "a Transpose through the node; the result is then TF's op on the input transposed so that `axis` "
+    "is last, transposed back."
 )
 
 SPECS = (
@@ -126,12 +137,13 @@ SPECS = (
     ),
     _spec(
         "FakeQuantWithMinMaxVarsPerChannel",
-        "Fake-quantizes each channel (last dim) of `inputs` to the nudged grid of its own [min[i], max[i]].",
+        "Fake-quantizes each channel (dim `axis`, the last by default) of `inputs` to the nudged grid of its own "
+        "[min[i], max[i]].",
         (X, MIN1, MAX1),
         (Param("outputs", FLOAT),),
-        VARS_ATTRS,
+        PER_CHANNEL_ATTRS,
         _per_channel_shape,
-        deviations=(PER_CHANNEL_RANK_FIX,),
+        deviations=(PER_CHANNEL_RANK_FIX, PER_CHANNEL_AXIS),
     ),
     _spec(
         "FakeQuantWithMinMaxVarsPerChannelGradient",
@@ -142,8 +154,8 @@ SPECS = (
             Param("backprop_wrt_min", FLOAT, "per channel: sum of gradients where inputs < nudged min", summed=True),
             Param("backprop_wrt_max", FLOAT, "per channel: sum of gradients where inputs > nudged max", summed=True),
         ),
-        VARS_ATTRS,
+        PER_CHANNEL_ATTRS,
         _per_channel_grad_shape,
-        deviations=(PER_CHANNEL_RANK_FIX,),
+        deviations=(PER_CHANNEL_RANK_FIX, PER_CHANNEL_AXIS),
     ),
 )

@@ -191,6 +191,69 @@ void PerChannelGradientLeaf(const float* g, const float* x, float* dx, int64_t c
   }
 }
 
+// The per-channel gradient over [outer, channels, inner] with inner > 1 (an `axis` other than the last
+// dim). dx block by block with the element-wise loop; channel c's terms are its elements in memory
+// order, r = o * inner + i for element (o, c, i), summed in the same Eigen tree and leaf order as a
+// column of the inner == 1 view, so the sums equal that view's on the transposed input.
+void PerChannelGradientStrided(const float* g, const float* x, int64_t outer, int64_t channels, int64_t inner,
+                               const ChannelGrids& grids, float* dx, float* dmin, float* dmax,
+                               const Parallel& parallel) {
+  const int64_t grain_blocks = std::max<int64_t>(1, kGrain / inner);
+  parallel.ForRange(outer * channels, grain_blocks, [&](int64_t begin, int64_t end) {
+    ScopedFlushDenormals flush;
+    for (int64_t b = begin; b < end; ++b) {
+      const int64_t c = b % channels;
+      const int64_t e = b * inner;
+      if (grids.keep[c] != 0.0f) {
+        GradientInRange(g + e, x + e, dx + e, inner, grids.lo[c], grids.hi[c]);
+      } else {
+        std::copy(g + e, g + e + inner, dx + e);  // unflushed, as the inner == 1 path copies it
+      }
+    }
+  });
+  const int64_t rows = outer * inner;
+  std::vector<eigen_sum::Leaf> leaves;
+  eigen_sum::TreeLeaves(0, rows, &leaves);
+  std::vector<float> leaf_min(leaves.size() * channels), leaf_max(leaf_min.size());
+  parallel.For(leaves.size() * channels, [&](std::size_t task) {
+    ScopedFlushDenormals flush;
+    const std::size_t leaf_index = task / channels;
+    const int64_t c = static_cast<int64_t>(task % channels);
+    const eigen_sum::Leaf leaf = leaves[leaf_index];
+    const float lo = grids.lo[c], hi = grids.hi[c];
+    auto element = [&](int64_t r) { return (r / inner) * channels * inner + c * inner + r % inner; };
+    float sum_min = eigen_sum::PacketLeaf(
+        [&](int64_t r) { const int64_t e = element(r); return FakeQuantBelowTerm(g[e], x[e], lo); }, leaf.first,
+        leaf.count);
+    float sum_max = eigen_sum::PacketLeaf(
+        [&](int64_t r) { const int64_t e = element(r); return FakeQuantAboveTerm(g[e], x[e], hi); }, leaf.first,
+        leaf.count);
+    // A NaN sum again with x86's NaN rules in the written operand order (see eigen_sum.h).
+    if (FakeQuantIsNan(sum_min)) {
+      sum_min = eigen_sum::PacketLeaf<FakeQuantX86Ops>(
+          [&](int64_t r) { const int64_t e = element(r); return FakeQuantBelowTerm<FakeQuantX86Ops>(g[e], x[e], lo); },
+          leaf.first, leaf.count);
+    }
+    if (FakeQuantIsNan(sum_max)) {
+      sum_max = eigen_sum::PacketLeaf<FakeQuantX86Ops>(
+          [&](int64_t r) { const int64_t e = element(r); return FakeQuantAboveTerm<FakeQuantX86Ops>(g[e], x[e], hi); },
+          leaf.first, leaf.count);
+    }
+    leaf_min[leaf_index * channels + c] = sum_min;
+    leaf_max[leaf_index * channels + c] = sum_max;
+  });
+  ScopedFlushDenormals flush;
+  for (int64_t c = 0; c < channels; ++c) {
+    const float* next_min = leaf_min.data() + c;
+    const float* next_max = leaf_max.data() + c;
+    const float sum_min = eigen_sum::TreeCombine<FakeQuantX86Ops>(0, rows, next_min, channels);
+    const float sum_max = eigen_sum::TreeCombine<FakeQuantX86Ops>(0, rows, next_max, channels);
+    const bool keep = grids.keep[c] != 0.0f;
+    dmin[c] = keep ? sum_min : 0.0f;
+    dmax[c] = keep ? sum_max : 0.0f;
+  }
+}
+
 }  // namespace
 
 FakeQuantGrid NudgeFakeQuantRange(float min, float max, int quant_min, int quant_max) {
@@ -226,10 +289,32 @@ void FakeQuantVarsForward(const float* x, float* y, int64_t n, float min, float 
   FakeQuantForward(x, y, n, grid, /*use_division=*/true, parallel);
 }
 
-void FakeQuantPerChannelForward(const float* x, float* y, int64_t rows, int64_t channels, const float* min,
-                                const float* max, int quant_min, int quant_max, const Parallel& parallel) {
-  if (channels <= 0 || rows <= 0) return;
+void FakeQuantPerChannelForward(const float* x, float* y, int64_t outer, int64_t channels, int64_t inner,
+                                const float* min, const float* max, int quant_min, int quant_max,
+                                const Parallel& parallel) {
+  if (channels <= 0 || outer <= 0 || inner <= 0) return;
   const ChannelGrids grids(min, max, channels, quant_min, quant_max);  // once; then rows are independent
+  if (inner > 1) {
+    // Each (outer, channel) block is `inner` contiguous elements of one grid: the element-wise loops.
+    const int64_t grain_blocks = std::max<int64_t>(1, kGrain / inner);
+    parallel.ForRange(outer * channels, grain_blocks, [&](int64_t begin, int64_t end) {
+      ScopedFlushDenormals flush;
+      for (int64_t b = begin; b < end; ++b) {
+        const int64_t c = b % channels;
+        const FakeQuantGrid grid{grids.lo[c], grids.hi[c], grids.scale[c], grids.inv_scale[c], grids.quant_zero[c]};
+        if (grids.keep[c] == 0.0f) {
+          std::fill(y + b * inner, y + (b + 1) * inner, 0.0f);
+        } else if (HasNan(grid)) {
+          ForwardNanGrid(x + b * inner, y + b * inner, inner, grid, /*use_division=*/false);
+        } else {
+          ForwardMultiply(x + b * inner, y + b * inner, inner, grid.nudged_min, grid.nudged_max, grid.inv_scale,
+                          grid.quant_zero, grid.scale);
+        }
+      }
+    });
+    return;
+  }
+  const int64_t rows = outer;
   const int64_t grain_rows = std::max<int64_t>(1, kGrain / channels);
   parallel.ForRange(rows, grain_rows, [&](int64_t begin, int64_t end) {
     ScopedFlushDenormals flush;
@@ -289,11 +374,16 @@ void FakeQuantVarsGradient(const float* g, const float* x, int64_t n, float min,
   *dmax = eigen_sum::TreeCombine<FakeQuantX86Ops>(0, n, next, 2);
 }
 
-void FakeQuantPerChannelGradient(const float* g, const float* x, int64_t rows, int64_t channels, const float* min,
-                                 const float* max, int quant_min, int quant_max, float* dx, float* dmin,
-                                 float* dmax, const Parallel& parallel) {
+void FakeQuantPerChannelGradient(const float* g, const float* x, int64_t outer, int64_t channels, int64_t inner,
+                                 const float* min, const float* max, int quant_min, int quant_max, float* dx,
+                                 float* dmin, float* dmax, const Parallel& parallel) {
   if (channels <= 0) return;
   const ChannelGrids grids(min, max, channels, quant_min, quant_max);
+  if (inner > 1) {
+    PerChannelGradientStrided(g, x, outer, channels, inner, grids, dx, dmin, dmax, parallel);
+    return;
+  }
+  const int64_t rows = inner == 1 ? outer : 0;  // inner == 0: no elements
   // Every channel's sums share one tree over the rows. Tasks are (leaf, block of channels); each
   // walks its rows in memory order, vectorized across the block's channels.
   std::vector<eigen_sum::Leaf> leaves;

@@ -144,9 +144,11 @@ void FakeQuantForward(const float* x, float* y, int64_t n, const FakeQuantGrid& 
 void FakeQuantVarsForward(const float* x, float* y, int64_t n, float min, float max, int quant_min, int quant_max,
                           const Parallel& parallel);
 
-// PerChannel forward: x viewed as [rows, channels], channel c uses min[c], max[c].
-void FakeQuantPerChannelForward(const float* x, float* y, int64_t rows, int64_t channels, const float* min,
-                                const float* max, int quant_min, int quant_max, const Parallel& parallel);
+// PerChannel forward: x viewed as [outer, channels, inner], channel c uses min[c], max[c]. inner is 1
+// for TF's op (the channels are the last dim); the `axis` attribute gives the product of the dims after it.
+void FakeQuantPerChannelForward(const float* x, float* y, int64_t outer, int64_t channels, int64_t inner,
+                                const float* min, const float* max, int quant_min, int quant_max,
+                                const Parallel& parallel);
 
 // dx = g * (nudged_min <= x <= nudged_max ? 1 : 0): a product, as in TF, so a NaN or infinite
 // gradient outside the range gives NaN and a negative one gives -0.
@@ -158,11 +160,13 @@ void FakeQuantGradientInput(const float* g, const float* x, float* dx, int64_t n
 void FakeQuantVarsGradient(const float* g, const float* x, int64_t n, float min, float max, int quant_min,
                            int quant_max, float* dx, float* dmin, float* dmax, const Parallel& parallel);
 
-// PerChannel gradient over x viewed as [rows, channels]; dmin/dmax have `channels` entries, each the
-// column sum in the order of Eigen's vectorized full reduction (as TF sums each channel's chip).
-void FakeQuantPerChannelGradient(const float* g, const float* x, int64_t rows, int64_t channels, const float* min,
-                                 const float* max, int quant_min, int quant_max, float* dx, float* dmin,
-                                 float* dmax, const Parallel& parallel);
+// PerChannel gradient over x viewed as [outer, channels, inner]; dmin/dmax have `channels` entries, each
+// the sum of the channel's outer * inner terms in memory order, in the order of Eigen's vectorized full
+// reduction (as TF sums each channel's chip for inner == 1; for inner > 1 as TF's op would on the input
+// transposed so that the channels are last).
+void FakeQuantPerChannelGradient(const float* g, const float* x, int64_t outer, int64_t channels, int64_t inner,
+                                 const float* min, const float* max, int quant_min, int quant_max, float* dx,
+                                 float* dmin, float* dmax, const Parallel& parallel);
 
 // ---------------------------------------------------------------- validation (fake_quant_checks.cc)
 // Each throws OpError (kernels/op_error.h) with TF's message.
@@ -188,8 +192,15 @@ void CheckArgsGradientShapes(const std::vector<int64_t>& gradients, const std::v
 // The Vars gradients' shape check is CheckGradientSameSize (kernels/op_error.h), shared with QDQ's.
 // The Vars ops' min or max (`name`): a scalar.
 void CheckScalarRange(const std::vector<int64_t>& shape, const char* name);
-// The PerChannel ops: inputs of rank >= 1, min and max vectors of the last dim's size. Returns that size.
-int64_t CheckChannelRanges(const std::vector<int64_t>& inputs, const std::vector<int64_t>& min,
-                           const std::vector<int64_t>& max);
+// The PerChannel ops' view of `inputs` around the channel axis: [outer, depth, inner].
+struct FakeQuantChannels {
+  int64_t outer = 1;
+  int64_t depth = 0;
+  int64_t inner = 1;
+};
+// The PerChannel ops: inputs of rank >= 1, `axis` -1 (the last dim) or in [0, rank), min and max vectors
+// of that dim's size. Returns the view around that dim.
+FakeQuantChannels CheckChannelRanges(const std::vector<int64_t>& inputs, const std::vector<int64_t>& min,
+                                     const std::vector<int64_t>& max, int64_t axis);
 
 }  // namespace tfops

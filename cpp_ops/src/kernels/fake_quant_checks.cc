@@ -37,21 +37,31 @@ void CheckScalarRange(const std::vector<int64_t>& shape, const char* name) {
   }
 }
 
-int64_t CheckChannelRanges(const std::vector<int64_t>& inputs, const std::vector<int64_t>& min,
-                           const std::vector<int64_t>& max) {
+FakeQuantChannels CheckChannelRanges(const std::vector<int64_t>& inputs, const std::vector<int64_t>& min,
+                                     const std::vector<int64_t>& max, int64_t axis) {
   if (inputs.empty()) throw OpError("input must be at least rank 1");
-  const int64_t depth = inputs.back();
+  const int64_t rank = static_cast<int64_t>(inputs.size());
+  // `axis` is not TF's (spec deviation); checked after TF's own rank rule, before the sizes it selects.
+  if (axis != -1 && (axis < 0 || axis >= rank)) {
+    throw OpError("attribute axis must be -1 or in [0, rank) = [0, " + std::to_string(rank) + "), was " +
+                  std::to_string(axis));
+  }
+  const int64_t channel_dim = axis == -1 ? rank - 1 : axis;
+  FakeQuantChannels view;
+  view.depth = inputs[channel_dim];
+  for (int64_t i = 0; i < channel_dim; ++i) view.outer *= inputs[i];
+  for (int64_t i = channel_dim + 1; i < rank; ++i) view.inner *= inputs[i];
   for (const auto* t : {&min, &max}) {
     const char* name = t == &min ? "min" : "max";
     if (t->size() != 1) {
       throw OpError(std::string("`") + name + "` must be rank 1 but is rank " + std::to_string(t->size()));
     }
-    if ((*t)[0] != depth) {
-      throw OpError(std::string(name) + " has incorrect size, expected " + std::to_string(depth) + " was " +
+    if ((*t)[0] != view.depth) {
+      throw OpError(std::string(name) + " has incorrect size, expected " + std::to_string(view.depth) + " was " +
                     std::to_string((*t)[0]));
     }
   }
-  return depth;
+  return view;
 }
 
 }  // namespace tfops

@@ -151,63 +151,69 @@ class FakeQuantWithMinMaxVarsPerChannel {
  public:
   static constexpr const char* kName = "FakeQuantWithMinMaxVarsPerChannel";
   static constexpr bool kHasCudaKernel = true;  // min and max stay on the device
-  explicit FakeQuantWithMinMaxVarsPerChannel(const KernelAttributes& attrs) : bits_(ReadBits(attrs)) {}
+  explicit FakeQuantWithMinMaxVarsPerChannel(const KernelAttributes& attrs)
+      : bits_(ReadBits(attrs)), axis_(attrs.Int("axis")) {}
 
   void Compute(KernelContext& ctx) const {
     const Tensor x = ctx.Input(0), min = ctx.Input(1), max = ctx.Input(2);
-    const int64_t depth = CheckChannelRanges(x.shape, min.shape, max.shape);
+    const FakeQuantChannels view = CheckChannelRanges(x.shape, min.shape, max.shape, axis_);
     float* y = ctx.Output<float>(0, x.shape);
-    const int64_t rows = depth > 0 ? x.size / depth : 0;
     if constexpr (kWithCuda) {
       if (ctx.OnCuda()) {
-        cuda::FakeQuantPerChannelForward(x.Data<float>(), y, rows, depth, min.Data<float>(), max.Data<float>(),
-                                         bits_.quant_min, bits_.quant_max, ctx.Cuda());
+        cuda::FakeQuantPerChannelForward(x.Data<float>(), y, view.outer, view.depth, view.inner, min.Data<float>(),
+                                         max.Data<float>(), bits_.quant_min, bits_.quant_max, ctx.Cuda());
         return;
       }
     }
-    FakeQuantPerChannelForward(x.Data<float>(), y, rows, depth, min.Data<float>(), max.Data<float>(),
-                               bits_.quant_min, bits_.quant_max, ctx.parallel());
+    FakeQuantPerChannelForward(x.Data<float>(), y, view.outer, view.depth, view.inner, min.Data<float>(),
+                               max.Data<float>(), bits_.quant_min, bits_.quant_max, ctx.parallel());
   }
   static void InferShapes(ShapeInference& ctx) { SameShapeAs(ctx, 0, 0); }
 
  private:
   FakeQuantBits bits_;
+  int64_t axis_;  // -1 (TF's op): the last dim
 };
 
 class FakeQuantWithMinMaxVarsPerChannelGradient {
  public:
   static constexpr const char* kName = "FakeQuantWithMinMaxVarsPerChannelGradient";
   static constexpr bool kHasCudaKernel = true;  // min and max stay on the device
-  explicit FakeQuantWithMinMaxVarsPerChannelGradient(const KernelAttributes& attrs) : bits_(ReadBits(attrs)) {}
+  explicit FakeQuantWithMinMaxVarsPerChannelGradient(const KernelAttributes& attrs)
+      : bits_(ReadBits(attrs)), axis_(attrs.Int("axis")) {}
 
   void Compute(KernelContext& ctx) const {
     const Tensor g = ctx.Input(0), x = ctx.Input(1), min = ctx.Input(2), max = ctx.Input(3);
     CheckGradientSameSize(g.shape, x.shape);
-    const int64_t depth = CheckChannelRanges(x.shape, min.shape, max.shape);
+    const FakeQuantChannels view = CheckChannelRanges(x.shape, min.shape, max.shape, axis_);
     float* dx = ctx.Output<float>(0, x.shape);
-    float* dmin = ctx.Output<float>(1, {depth});
-    float* dmax = ctx.Output<float>(2, {depth});
-    const int64_t rows = depth > 0 ? x.size / depth : 0;
+    float* dmin = ctx.Output<float>(1, {view.depth});
+    float* dmax = ctx.Output<float>(2, {view.depth});
     if constexpr (kWithCuda) {
       if (ctx.OnCuda()) {
-        cuda::FakeQuantPerChannelGradient(g.Data<float>(), x.Data<float>(), rows, depth, min.Data<float>(),
-                                          max.Data<float>(), bits_.quant_min, bits_.quant_max, dx, dmin, dmax,
-                                          ctx.Cuda());
+        cuda::FakeQuantPerChannelGradient(g.Data<float>(), x.Data<float>(), view.outer, view.depth, view.inner,
+                                          min.Data<float>(), max.Data<float>(), bits_.quant_min, bits_.quant_max, dx,
+                                          dmin, dmax, ctx.Cuda());
         return;
       }
     }
-    FakeQuantPerChannelGradient(g.Data<float>(), x.Data<float>(), rows, depth, min.Data<float>(), max.Data<float>(),
-                                bits_.quant_min, bits_.quant_max, dx, dmin, dmax, ctx.parallel());
+    FakeQuantPerChannelGradient(g.Data<float>(), x.Data<float>(), view.outer, view.depth, view.inner,
+                                min.Data<float>(), max.Data<float>(), bits_.quant_min, bits_.quant_max, dx, dmin,
+                                dmax, ctx.parallel());
   }
   static void InferShapes(ShapeInference& ctx) {
     SameShapeAs(ctx, 1, 0);
-    // [depth]: the last dim of `inputs` when its rank is known, else the length of `min`.
+    // [depth]: dim `axis` (the last for -1) of `inputs` when its rank is known and the axis valid, else the
+    // length of `min`.
     const TypeShape x = ctx.Input(1);
+    const int64_t axis = ctx.Int("axis");
+    const int64_t rank = static_cast<int64_t>(x.rank());
     TypeShape channels;
     channels.type = kFloat;
-    if (x.rank() >= 1) {
-      channels.dims = {x.dims.back()};
-      channels.symbols = {x.symbols.back()};
+    if (rank >= 1 && axis >= -1 && axis < rank) {
+      const std::size_t dim = static_cast<std::size_t>(axis == -1 ? rank - 1 : axis);
+      channels.dims = {x.dims[dim]};
+      channels.symbols = {x.symbols[dim]};
     } else {
       const TypeShape min = ctx.Input(2);
       channels.dims = {min.rank() == 1 ? min.dims[0] : -1};
@@ -219,6 +225,7 @@ class FakeQuantWithMinMaxVarsPerChannelGradient {
 
  private:
   FakeQuantBits bits_;
+  int64_t axis_;  // -1 (TF's op): the last dim
 };
 
 // Every FakeQuant op takes and returns float32 only.

@@ -43,6 +43,7 @@ inline constexpr ONNXTensorElementDataType kFakeQuantWithMinMaxVarsGradient_type
 inline constexpr AttrSpec kFakeQuantWithMinMaxVarsPerChannel_attrs[] = {
     IntAttr("num_bits", 8),
     BoolAttr("narrow_range", false),
+    IntAttr("axis", -1),
 };
 inline constexpr ONNXTensorElementDataType kFakeQuantWithMinMaxVarsPerChannel_types[] = {
     kF32, kF32, kF32,  /* -> */ kF32,
@@ -50,6 +51,7 @@ inline constexpr ONNXTensorElementDataType kFakeQuantWithMinMaxVarsPerChannel_ty
 inline constexpr AttrSpec kFakeQuantWithMinMaxVarsPerChannelGradient_attrs[] = {
     IntAttr("num_bits", 8),
     BoolAttr("narrow_range", false),
+    IntAttr("axis", -1),
 };
 inline constexpr ONNXTensorElementDataType kFakeQuantWithMinMaxVarsPerChannelGradient_types[] = {
     kF32, kF32, kF32, kF32,  /* -> */ kF32, kF32, kF32,
@@ -217,8 +219,8 @@ inline constexpr OpEntry kOps[] = {
     {"FakeQuantWithMinMaxArgsGradient", {kFakeQuantWithMinMaxArgsGradient_attrs, 4}, 2, 1, {kFakeQuantWithMinMaxArgsGradient_types, 3}},
     {"FakeQuantWithMinMaxVars", {kFakeQuantWithMinMaxVars_attrs, 2}, 3, 1, {kFakeQuantWithMinMaxVars_types, 4}},
     {"FakeQuantWithMinMaxVarsGradient", {kFakeQuantWithMinMaxVarsGradient_attrs, 2}, 4, 3, {kFakeQuantWithMinMaxVarsGradient_types, 7}},
-    {"FakeQuantWithMinMaxVarsPerChannel", {kFakeQuantWithMinMaxVarsPerChannel_attrs, 2}, 3, 1, {kFakeQuantWithMinMaxVarsPerChannel_types, 4}},
-    {"FakeQuantWithMinMaxVarsPerChannelGradient", {kFakeQuantWithMinMaxVarsPerChannelGradient_attrs, 2}, 4, 3, {kFakeQuantWithMinMaxVarsPerChannelGradient_types, 7}},
+    {"FakeQuantWithMinMaxVarsPerChannel", {kFakeQuantWithMinMaxVarsPerChannel_attrs, 3}, 3, 1, {kFakeQuantWithMinMaxVarsPerChannel_types, 4}},
+    {"FakeQuantWithMinMaxVarsPerChannelGradient", {kFakeQuantWithMinMaxVarsPerChannelGradient_attrs, 3}, 4, 3, {kFakeQuantWithMinMaxVarsPerChannelGradient_types, 7}},
     {"QuantizeAndDequantizeV2", {kQuantizeAndDequantizeV2_attrs, 6}, 3, 1, {kQuantizeAndDequantizeV2_types, 8}},
     {"QuantizeAndDequantizeV3", {kQuantizeAndDequantizeV3_attrs, 4}, 4, 1, {kQuantizeAndDequantizeV3_types, 10}},
     {"QuantizeAndDequantizeV4", {kQuantizeAndDequantizeV4_attrs, 6}, 3, 1, {kQuantizeAndDequantizeV4_types, 8}},

@@ -42,11 +42,17 @@ void Run(int64_t rows, int64_t C, int qmin, int qmax, int offset) {
   std::vector<float> ya(n + offset), yb(n + offset), dxa(n + offset), dxb(n + offset), dmna(C), dmnb(C), dmxa(C), dmxb(C);
   float* y1 = ya.data() + offset; float* y2 = yb.data() + offset; float* d1 = dxa.data() + offset; float* d2 = dxb.data() + offset;
   // per channel
-  FakeQuantPerChannelForward(x, y1, rows, C, mn.data(), mx.data(), qmin, qmax, par);
-  cuda::FakeQuantPerChannelForward(x, y2, rows, C, mn.data(), mx.data(), qmin, qmax, launch);
+  FakeQuantPerChannelForward(x, y1, rows, C, 1, mn.data(), mx.data(), qmin, qmax, par);
+  cuda::FakeQuantPerChannelForward(x, y2, rows, C, 1, mn.data(), mx.data(), qmin, qmax, launch);
   fails += !Same(y1, y2, n, "pc fwd", rows, C);
-  FakeQuantPerChannelGradient(g, x, rows, C, mn.data(), mx.data(), qmin, qmax, d1, dmna.data(), dmxa.data(), par);
-  cuda::FakeQuantPerChannelGradient(g, x, rows, C, mn.data(), mx.data(), qmin, qmax, d2, dmnb.data(), dmxb.data(), launch);
+  // The same buffer as [rows / inner, C, inner]: an `axis` before the last dim.
+  if (const int64_t inner = rows % 3 == 0 ? 3 : rows % 2 == 0 ? 2 : 1; inner > 1) {
+    FakeQuantPerChannelForward(x, y1, rows / inner, C, inner, mn.data(), mx.data(), qmin, qmax, par);
+    cuda::FakeQuantPerChannelForward(x, y2, rows / inner, C, inner, mn.data(), mx.data(), qmin, qmax, launch);
+    fails += !Same(y1, y2, n, "pc fwd inner", rows / inner, C);
+  }
+  FakeQuantPerChannelGradient(g, x, rows, C, 1, mn.data(), mx.data(), qmin, qmax, d1, dmna.data(), dmxa.data(), par);
+  cuda::FakeQuantPerChannelGradient(g, x, rows, C, 1, mn.data(), mx.data(), qmin, qmax, d2, dmnb.data(), dmxb.data(), launch);
   fails += !Same(d1, d2, n, "pc dx", rows, C) + !Same(dmna.data(), dmnb.data(), C, "pc dmin", rows, C) + !Same(dmxa.data(), dmxb.data(), C, "pc dmax", rows, C);
   // per tensor over all n, with channel 0's range
   const int64_t pick = rng() % C; const float lo = mn[pick], hi = mx[pick];

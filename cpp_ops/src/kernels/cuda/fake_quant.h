@@ -26,10 +26,11 @@ void FakeQuantForward(const float* x, float* y, int64_t n, const FakeQuantGrid& 
 void FakeQuantVarsForward(const float* x, float* y, int64_t n, float min, float max, int quant_min, int quant_max,
                           const CudaLaunch& launch);
 
-// PerChannel forward over x viewed as [rows, channels]; `min` and `max` are device vectors of
-// `channels` entries, nudged on the device.
-void FakeQuantPerChannelForward(const float* x, float* y, int64_t rows, int64_t channels, const float* min,
-                                const float* max, int quant_min, int quant_max, const CudaLaunch& launch);
+// PerChannel forward over x viewed as [outer, channels, inner] (inner 1 for the last dim); `min` and
+// `max` are device vectors of `channels` entries, nudged on the device.
+void FakeQuantPerChannelForward(const float* x, float* y, int64_t outer, int64_t channels, int64_t inner,
+                                const float* min, const float* max, int quant_min, int quant_max,
+                                const CudaLaunch& launch);
 
 // Args gradient: dx = g * (nudged_min <= x <= nudged_max).
 void FakeQuantGradientInput(const float* g, const float* x, float* dx, int64_t n, const FakeQuantGrid& grid,
@@ -39,10 +40,11 @@ void FakeQuantGradientInput(const float* g, const float* x, float* dx, int64_t n
 void FakeQuantVarsGradient(const float* g, const float* x, int64_t n, float min, float max, int quant_min,
                            int quant_max, float* dx, float* dmin, float* dmax, const CudaLaunch& launch);
 
-// PerChannel gradient; `min`, `max`, `dmin` and `dmax` are device vectors of `channels` entries.
-void FakeQuantPerChannelGradient(const float* g, const float* x, int64_t rows, int64_t channels, const float* min,
-                                 const float* max, int quant_min, int quant_max, float* dx, float* dmin,
-                                 float* dmax, const CudaLaunch& launch);
+// PerChannel gradient over [outer, channels, inner]; `min`, `max`, `dmin` and `dmax` are device vectors
+// of `channels` entries. Only inner <= 1 (the last dim) so far: inner > 1 throws DeviceError.
+void FakeQuantPerChannelGradient(const float* g, const float* x, int64_t outer, int64_t channels, int64_t inner,
+                                 const float* min, const float* max, int quant_min, int quant_max, float* dx,
+                                 float* dmin, float* dmax, const CudaLaunch& launch);
 
 }  // namespace cuda
 }  // namespace tfops
