@@ -26,8 +26,9 @@ stops the push, which costs two full copies of the tensor per node (issue 12).
 
 Gradients whose outputs include sums over the tensor (FakeQuant*Gradient, QuantizeAndDequantizeV4Grad,
 FusedBatchNormGrad*) take the layout only when no node reads those sums (a saliency map reads only dx):
-a different order of the same sum changes its last bits. FakeQuantWithMinMaxVarsPerChannelGradient's
-channel axis moves then as the forward op's does.
+a different order of the same sum changes its last bits. FakeQuantWithMinMaxVarsPerChannelGradient keeps
+its layout for now: its CUDA kernel has no moved-axis (strided) path yet, and a converted model must run
+on every execution provider the library serves.
 """
 from __future__ import annotations
 
@@ -83,7 +84,6 @@ def _layout_optimizer_class():
                 "DepthwiseConv2dNativeBackpropFilter": self._domain_depthwise_backprop_filter,
                 "FakeQuantWithMinMaxArgsGradient": self._domain_gradient,
                 "FakeQuantWithMinMaxVarsGradient": self._domain_gradient,
-                "FakeQuantWithMinMaxVarsPerChannelGradient": self._domain_gradient,
                 "QuantizeAndDequantizeV4Grad": self._domain_gradient,
                 "FusedBatchNormGrad": self._domain_gradient,
                 "FusedBatchNormGradV2": self._domain_gradient,
