@@ -189,6 +189,8 @@ def main(argv=None) -> int:
         print(f"{label:26s} {secs:9.1f}  {model if isinstance(model, str) else describe(model)}")
     models = [(label, m) for label, m, _ in rows if not isinstance(m, str)]
 
+    from converters.verification import same_bits
+
     print(f"\nCPU: ms per batch (ratio to TF); logits against TF")
     for batch in args.batches:
         x = rng.uniform(0, 1, (batch,) + SHAPE).astype(np.float32)
@@ -199,7 +201,7 @@ def main(argv=None) -> int:
             sess = session(model, ["CPUExecutionProvider"], args.threads)
             feed = {sess.get_inputs()[0].name: x}
             out = sess.run(None, feed)[0]
-            checks[label] = (float(np.max(np.abs(out - ref))), bool(np.array_equal(out.view(np.uint32), ref.view(np.uint32))))
+            checks[label] = (float(np.max(np.abs(out - ref))), bool(same_bits(ref, out, nan_payloads=True).all()))
             runners[label] = (lambda s, f: lambda: s.run(None, f))(sess, feed)
         med = timed_rounds(runners, args.repeat)
         for k, v in med.items():
