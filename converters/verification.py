@@ -26,7 +26,6 @@ from converters.family import QUANTIZATION_OPS
 from ort_ops.schemas import DOMAIN
 
 DEFAULT_RTOL = {"float32": 1e-5, "float64": 1e-12, "float16": 1e-3, "bfloat16": 1e-2}
-# Ops that pass their input through unchanged: an output behind them is still the op's output.
 
 
 @dataclasses.dataclass

@@ -234,8 +234,7 @@ void BackpropInputGeometry(const Attrs& a, const std::vector<i64>& input_sizes_s
   ParseWindow(a, &w);
   std::vector<i64> input;
   ReadSizes("Conv2DBackpropInput", "input_sizes", input_sizes_shape, input_sizes, &input);
-  BackpropDims("DepthwiseConv2DBackpropInput: ", "input_sizes", a, w, input, filter_shape, out_backprop_shape,
-                      g);
+  BackpropDims("DepthwiseConv2DBackpropInput: ", "input_sizes", a, w, input, filter_shape, out_backprop_shape, g);
 }
 
 void BackpropFilterGeometry(const Attrs& a, const std::vector<i64>& input_shape,
@@ -246,7 +245,7 @@ void BackpropFilterGeometry(const Attrs& a, const std::vector<i64>& input_shape,
   std::vector<i64> filter;
   ReadSizes("Conv2DBackpropFilter", "filter_sizes", filter_sizes_shape, filter_sizes, &filter);
   BackpropDims("DepthwiseConv2DBackpropFilter: ", "filter_sizes", a, w, input_shape, filter, out_backprop_shape,
-                      g);
+               g);
 }
 }  // namespace depthwise
 }  // namespace tfops

@@ -191,6 +191,22 @@ void PerChannelGradientLeaf(const float* g, const float* x, float* dx, int64_t c
   }
 }
 
+// The per-channel gradient's last step, whatever the layout: each channel's leaf sums (leaf-major,
+// `channels` apart) folded by Eigen's tree over `rows` terms; a channel TF skips gets zero sums.
+void CombineChannelLeaves(const std::vector<float>& leaf_min, const std::vector<float>& leaf_max, int64_t channels,
+                          int64_t rows, const ChannelGrids& grids, float* dmin, float* dmax) {
+  ScopedFlushDenormals flush;
+  for (int64_t c = 0; c < channels; ++c) {
+    const float* next_min = leaf_min.data() + c;  // TreeCombine advances these leaf by leaf
+    const float* next_max = leaf_max.data() + c;
+    const float sum_min = eigen_sum::TreeCombine<FakeQuantX86Ops>(0, rows, next_min, channels);
+    const float sum_max = eigen_sum::TreeCombine<FakeQuantX86Ops>(0, rows, next_max, channels);
+    const bool keep = grids.keep[c] != 0.0f;
+    dmin[c] = keep ? sum_min : 0.0f;
+    dmax[c] = keep ? sum_max : 0.0f;
+  }
+}
+
 // The per-channel gradient over [outer, channels, inner] with inner > 1 (an `axis` other than the last
 // dim). dx block by block with the element-wise loop; channel c's terms are its elements in memory
 // order, r = o * inner + i for element (o, c, i), summed in the same Eigen tree and leaf order as a
@@ -242,16 +258,7 @@ void PerChannelGradientStrided(const float* g, const float* x, int64_t outer, in
     leaf_min[leaf_index * channels + c] = sum_min;
     leaf_max[leaf_index * channels + c] = sum_max;
   });
-  ScopedFlushDenormals flush;
-  for (int64_t c = 0; c < channels; ++c) {
-    const float* next_min = leaf_min.data() + c;
-    const float* next_max = leaf_max.data() + c;
-    const float sum_min = eigen_sum::TreeCombine<FakeQuantX86Ops>(0, rows, next_min, channels);
-    const float sum_max = eigen_sum::TreeCombine<FakeQuantX86Ops>(0, rows, next_max, channels);
-    const bool keep = grids.keep[c] != 0.0f;
-    dmin[c] = keep ? sum_min : 0.0f;
-    dmax[c] = keep ? sum_max : 0.0f;
-  }
+  CombineChannelLeaves(leaf_min, leaf_max, channels, rows, grids, dmin, dmax);
 }
 
 }  // namespace
@@ -397,16 +404,7 @@ void FakeQuantPerChannelGradient(const float* g, const float* x, int64_t outer, 
     PerChannelGradientLeaf(g, x, dx, channels, c0, std::min(kChannelBlock, channels - c0), leaves[leaf], grids,
                            leaf_min.data() + leaf * channels + c0, leaf_max.data() + leaf * channels + c0);
   });
-  ScopedFlushDenormals flush;
-  for (int64_t c = 0; c < channels; ++c) {
-    const float* next_min = leaf_min.data() + c;
-    const float* next_max = leaf_max.data() + c;
-    const float sum_min = eigen_sum::TreeCombine<FakeQuantX86Ops>(0, rows, next_min, channels);
-    const float sum_max = eigen_sum::TreeCombine<FakeQuantX86Ops>(0, rows, next_max, channels);
-    const bool keep = grids.keep[c] != 0.0f;
-    dmin[c] = keep ? sum_min : 0.0f;
-    dmax[c] = keep ? sum_max : 0.0f;
-  }
+  CombineChannelLeaves(leaf_min, leaf_max, channels, rows, grids, dmin, dmax);
 }
 
 }  // namespace tfops
