@@ -1,26 +1,32 @@
 """Time every op of the domain: TensorFlow's own kernel, ONNX Runtime with our library, and a memory floor.
 
     # from the repository root:
-    PYTHONPATH=. python benchmarks/bench_ops.py [--threads 2] [--repeat 10] [--onednn both|on|off|default]
+    PYTHONPATH=. python benchmarks/bench_ops.py [--threads 2] [--repeat 10] [--passes 2] [--onednn both|on|off|default]
                        [--isa avx512|avx2|sse2] [--ops FakeQuantWithMinMaxVars ...] [--shape 16,56,56,128]
 
 One machine, one thread count for all three:
   * TF: a tf.function calling tf.raw_ops.<Op> on tensors already in TF, intra-op threads = --threads,
     inter-op threads = 1. TF has two kernel sets for batch norm and depthwise (docs/semantics.md 0.6),
     chosen by TF_ENABLE_ONEDNN_OPTS when TF is imported; its default depends on the CPU (on with
-    AVX-512). --onednn on/off pins it; --onednn both (the default) runs the whole measurement twice,
-    in a child process per setting, and shows both TF times side by side, each ratio against the ORT
-    time measured in the same child (interleaved with that TF);
+    AVX-512). --onednn on/off pins it; --onednn both (the default) times TF in a process per setting and
+    shows both TF times side by side;
   * ORT: a one-node model of the domain (ort_ops.make_single_op_model) in an InferenceSession with the
-    custom-op library (its CPU kernels on the vector ISA that --isa, i.e. TFOPS_ISA, caps; docs/cpu.md), intra_op_num_threads = --threads, inter_op_num_threads = 1. Integer shape inputs
-    (input_sizes, filter_sizes, num_bits) are initializers, as a converter writes them;
+    custom-op library (its CPU kernels on the vector ISA that --isa, i.e. TFOPS_ISA, caps; docs/cpu.md),
+    intra_op_num_threads = --threads, inter_op_num_threads = 1. Integer shape inputs (input_sizes,
+    filter_sizes, num_bits) are initializers, as a converter writes them;
   * floor: NumPy moving the same bytes with --threads threads: every output is written once by copying
     input bytes into it, and input bytes that no output needs are read once. No op can beat it by much,
     so ORT/floor says how far a kernel is from being memory bound.
-Each time is the median of --repeat rounds after two warm-up rounds; a round runs TF, ORT and the
-floor once each, in turn, so that all three see the same background load. The "check" column compares ORT's
-result with TF's loosely (rtol 1e-3 relative to each output's largest value) to make sure both did the
-same work; the conformance tests, not this script, hold the exact agreement.
+Each runner times every case in a process of its own (the floor, ORT, TF with oneDNN on, TF with it
+off), one after the other: thread pools of two runtimes in one process disturb each other on a small
+machine (on a 2-vCPU VM the scheduler sometimes woke ORT's worker on the core its caller ran on and
+doubled ORT's time; alone, the same session varied by a few percent). Each time is the median of
+--repeat runs after two warm-up runs, with a short pause before each run so that the runtime's worker
+threads have parked (an inference server rarely calls an op back to back). The runners' processes run
+--passes times in turn, and each time shown is the fastest pass's median, so that a burst of background
+load during one process cannot decide a ratio. The "check" column compares ORT's result with TF's
+loosely (rtol 1e-3 relative to each output's largest value) to make sure both did the same work; the
+conformance tests, not this script, hold the exact agreement.
 """
 from __future__ import annotations
 
@@ -124,22 +130,17 @@ def make_cases(shape, rng):
 # The three runners.
 
 
-def interleaved_median_ms(fns: list, repeat: int) -> list:
-    """Median time of each callable over ``repeat`` rounds after two warm-up rounds. Each round runs
-    every callable once, in turn, so that all of them see the same background load. A pause before
-    each call lets the previous runtime's worker threads stop spinning (TF's and ORT's pools both
-    spin for a while after a run) so they do not steal the cores from the next one."""
-    times = [[] for _ in fns]
-    for round_ in range(repeat + 2):
-        for fn, samples in zip(fns, times):
-            if fn is None:
-                continue
-            time.sleep(0.05)
-            t = time.perf_counter()
-            fn()
-            if round_ >= 2:
-                samples.append(time.perf_counter() - t)
-    return [float(np.median(t)) * 1e3 if t else float("nan") for t in times]
+def median_ms(fn: Callable, repeat: int) -> float:
+    """Median time of ``repeat`` calls of ``fn`` after two warm-up calls. The pause before each call
+    lets the runtime's worker threads stop spinning, as they would between a server's requests."""
+    samples = []
+    for i in range(repeat + 2):
+        time.sleep(0.05)
+        t = time.perf_counter()
+        fn()
+        if i >= 2:
+            samples.append(time.perf_counter() - t)
+    return float(np.median(samples)) * 1e3
 
 
 def tf_runner(case: Case):
@@ -308,63 +309,68 @@ def machine_description(threads: int) -> str:
 
 HEADER = ("op", "config", "TF ms", "ORT ms", "floor ms", "ORT/TF", "ORT/floor", "check")
 WIDTHS = [42, 31, 9, 9, 9, 7, 9, 5]
-BOTH_HEADER = ("op", "config", "TF on ms", "ORT ms", "TF off ms", "ORT ms", "floor ms", "ORT/TF on",
-               "ORT/TF off", "ORT/floor", "check")
-BOTH_WIDTHS = [42, 31, 9, 7, 9, 7, 8, 9, 10, 9, 5]
+BOTH_HEADER = ("op", "config", "TF on ms", "TF off ms", "ORT ms", "floor ms", "ORT/TF on", "ORT/TF off",
+               "ORT/floor", "check")
+BOTH_WIDTHS = [42, 31, 9, 9, 7, 8, 9, 10, 9, 5]
 
 
 def emit(row, widths):
     print("  ".join(str(v).ljust(w) for v, w in zip(row, widths)).rstrip(), flush=True)
 
 
-def measure(args, shape, json_rows: bool) -> int:
-    """Times every case in this process (one TF kernel set); prints a table, or JSON lines."""
-    import tensorflow as tf
+def selected_cases(args, shape) -> list:
+    return [c for c in make_cases(shape, np.random.default_rng(args.seed)) if not args.ops or c.op in args.ops]
 
-    # Must happen before TF runs anything.
-    tf.config.threading.set_intra_op_parallelism_threads(args.threads)
-    tf.config.threading.set_inter_op_parallelism_threads(1)
 
-    cases = [c for c in make_cases(shape, np.random.default_rng(args.seed)) if not args.ops or c.op in args.ops]
-    if json_rows:
-        print(json.dumps({"header": machine_description(args.threads), "onednn": tf_onednn_setting()}), flush=True)
+def run_runner(args, shape) -> None:
+    """A child's work: times one runner over every case and prints JSON lines (a header, then a row per
+    case). The floor's child also computes TF's and ORT's results once, untimed, for the check column."""
+    cases = selected_cases(args, shape)
+    if args.runner in ("tf", "floor"):
+        import tensorflow as tf
+
+        # Must happen before TF runs anything.
+        tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+        tf.config.threading.set_inter_op_parallelism_threads(1)
+    if args.runner == "tf":
+        print(json.dumps({"onednn": tf_onednn_setting()}), flush=True)
+    elif args.runner == "floor":
+        print(json.dumps({"header": machine_description(args.threads)}), flush=True)
     else:
-        print(machine_description(args.threads))
-        print(f"TF kernels: {tf_onednn_setting()}")
-        print(f"main input NHWC {list(shape)} float32; median of {args.repeat} runs\n", flush=True)
-        emit(HEADER, WIDTHS)
-        emit(["-" * w for w in WIDTHS], WIDTHS)
-    failures = 0
+        print(json.dumps({}), flush=True)
     with concurrent.futures.ThreadPoolExecutor(args.threads) as pool:
         for case in cases:
-            tf_run, tf_result = tf_runner(case)
-            expected = tf_result()
-            try:
-                ort_run, ort_result = ort_runner(case, args.threads)
-                status = check(case, expected, ort_result())
-            except Exception as e:  # a missing library or kernel shows in the table
-                status, ort_run = f"ERROR {type(e).__name__}: {str(e).splitlines()[0][:60]}", None
-            floor = MemoryFloor(case.inputs, expected, pool)
-            tf_ms, ort_ms, floor_ms = interleaved_median_ms([tf_run, ort_run, floor.run], args.repeat)
-            failures += status != "ok"
-            if json_rows:
-                print(json.dumps({"op": case.op, "config": case.config, "tf": tf_ms, "ort": ort_ms,
-                                  "floor": floor_ms, "check": status}), flush=True)
+            row = {"op": case.op, "config": case.config}
+            if args.runner == "tf":
+                row["ms"] = median_ms(tf_runner(case)[0], args.repeat)
+            elif args.runner == "ort":
+                try:
+                    row["ms"] = median_ms(ort_runner(case, args.threads)[0], args.repeat)
+                except Exception as e:  # a missing library or kernel shows in the table
+                    row["ms"] = float("nan")
+                    row["check"] = f"ERROR {type(e).__name__}: {str(e).splitlines()[0][:60]}"
             else:
-                emit((case.op, case.config, f"{tf_ms:.2f}", f"{ort_ms:.2f}", f"{floor_ms:.2f}",
-                      f"{ort_ms / tf_ms:.2f}", f"{ort_ms / floor_ms:.2f}", status), WIDTHS)
-    return 1 if failures else 0
+                expected = tf_runner(case)[1]()
+                try:
+                    row["check"] = check(case, expected, ort_runner(case, args.threads)[1]())
+                except Exception as e:
+                    row["check"] = f"ERROR {type(e).__name__}: {str(e).splitlines()[0][:60]}"
+                row["ms"] = median_ms(MemoryFloor(case.inputs, expected, pool).run, args.repeat)
+            print(json.dumps(row), flush=True)
 
 
-def run_child(argv, onednn: str) -> tuple:
-    """This script with --onednn <on|off> --json-rows in a child process: (header, setting, rows)."""
-    env = dict(os.environ, TF_ENABLE_ONEDNN_OPTS="1" if onednn == "on" else "0")
-    proc = subprocess.run([sys.executable, __file__, *argv, "--onednn", onednn, "--json-rows"], env=env,
-                          capture_output=True, text=True)
+def run_child(argv, runner: str, onednn: str) -> tuple:
+    """This script as one runner in a child process: (its header dict, its rows). TF's kernel set is
+    pinned where TF runs (the floor's child checks against TF's Eigen kernels)."""
+    env = dict(os.environ)
+    if runner == "floor" or onednn in ("on", "off"):
+        env["TF_ENABLE_ONEDNN_OPTS"] = "1" if onednn == "on" and runner == "tf" else "0"
+    proc = subprocess.run([sys.executable, __file__, *argv, "--runner", runner], env=env, capture_output=True,
+                          text=True)
     lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    if not lines:
-        raise RuntimeError(f"the oneDNN {onednn} child printed nothing:\n{proc.stderr[-3000:]}")
-    return lines[0]["header"], lines[0]["onednn"], lines[1:]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"the {runner} child (oneDNN {onednn}) failed:\n{proc.stderr[-3000:]}")
+    return lines[0], lines[1:]
 
 
 def main(argv=None) -> int:
@@ -375,13 +381,15 @@ def main(argv=None) -> int:
     parser.add_argument("--shape", default="16,56,56,128", help="NHWC shape of the main input (default 16,56,56,128)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--onednn", choices=["both", "on", "off", "default"], default="both",
-                        help="TF's kernel set: both (a child process each, one table), on, off, or TF's default")
+                        help="TF's kernel set: both (a process each, one table), on, off, or TF's default")
     parser.add_argument("--isa", choices=["avx512", "avx2", "sse2"],
                         help="cap the library's vector ISA (sets TFOPS_ISA; default: the CPU's best)")
-    parser.add_argument("--json-rows", action="store_true", help=argparse.SUPPRESS)  # the children's output
+    parser.add_argument("--passes", type=int, default=2,
+                        help="times each runner's process runs, alternating; the fastest pass is shown")
+    parser.add_argument("--runner", choices=["tf", "ort", "floor"], help=argparse.SUPPRESS)  # a child's job
     args = parser.parse_args(argv)
     if args.isa:
-        os.environ["TFOPS_ISA"] = args.isa  # read by the library when its first kernel runs
+        os.environ["TFOPS_ISA"] = args.isa  # read by the library when its first kernel runs; children inherit it
 
     import ort_ops
 
@@ -390,36 +398,40 @@ def main(argv=None) -> int:
         unknown = sorted(set(args.ops) - set(ort_ops.OP_NAMES))
         if unknown:
             parser.error(f"unknown ops {unknown}; known: {', '.join(ort_ops.OP_NAMES)}")
+    if args.runner:
+        run_runner(args, shape)
+        return 0
 
-    if args.onednn in ("on", "off") and not args.json_rows:
-        os.environ["TF_ENABLE_ONEDNN_OPTS"] = "1" if args.onednn == "on" else "0"  # before TF is imported
-    if args.onednn != "both":
-        return measure(args, shape, args.json_rows)
-
-    child_argv = [a for a in (argv if argv is not None else sys.argv[1:])]
-    i = 0
-    while i < len(child_argv):  # drop --onednn <value>; the children get their own
-        if child_argv[i] == "--onednn":
-            del child_argv[i:i + 2]
-        elif child_argv[i].startswith("--onednn="):
-            del child_argv[i]
-        else:
-            i += 1
-    header, on_setting, on_rows = run_child(child_argv, "on")
-    _, off_setting, off_rows = run_child(child_argv, "off")
-    print(header)
-    print(f"TF kernels: {on_setting} | {off_setting}; each ORT/TF ratio is against the ORT time of the same child")
-    print(f"main input NHWC {list(shape)} float32; median of {args.repeat} runs\n", flush=True)
-    emit(BOTH_HEADER, BOTH_WIDTHS)
-    emit(["-" * w for w in BOTH_WIDTHS], BOTH_WIDTHS)
+    child_argv = list(argv if argv is not None else sys.argv[1:])
+    settings = ["on", "off"] if args.onednn == "both" else [args.onednn]
+    # Pass after pass, each runner in turn; a row keeps each runner's fastest pass, so that a burst of
+    # background load during one child's run cannot decide a ratio.
+    runs = {}
+    for _ in range(args.passes):
+        for key in [("floor", "off"), ("ort", "off")] + [("tf", s) for s in settings]:
+            head_, rows = run_child(child_argv, *key)
+            if key in runs:
+                rows = [dict(r, ms=min(r["ms"], old["ms"])) for r, old in zip(rows, runs[key][1])]
+            runs[key] = (head_, rows)
+    header, floor_rows = runs[("floor", "off")]
+    ort_rows = runs[("ort", "off")][1]
+    tf_runs = [runs[("tf", s)] for s in settings]
+    print(header["header"])
+    print("TF kernels: " + " | ".join(h["onednn"] for h, _ in tf_runs) + "; TF, ORT and the floor each ran in a "
+          "process of its own")
+    print(f"main input NHWC {list(shape)} float32; median of {args.repeat} runs, fastest of {args.passes} passes\n",
+          flush=True)
+    head, widths = (BOTH_HEADER, BOTH_WIDTHS) if len(settings) == 2 else (HEADER, WIDTHS)
+    emit(head, widths)
+    emit(["-" * w for w in widths], widths)
     failures = 0
-    for a, b in zip(on_rows, off_rows):
-        status = a["check"] if a["check"] != "ok" else b["check"]
+    for i, (floor, ort) in enumerate(zip(floor_rows, ort_rows)):
+        status = ort.get("check", floor["check"])
         failures += status != "ok"
-        floor = min(a["floor"], b["floor"])
-        emit((a["op"], a["config"], f"{a['tf']:.2f}", f"{a['ort']:.2f}", f"{b['tf']:.2f}", f"{b['ort']:.2f}",
-              f"{floor:.2f}", f"{a['ort'] / a['tf']:.2f}", f"{b['ort'] / b['tf']:.2f}",
-              f"{min(a['ort'], b['ort']) / floor:.2f}", status), BOTH_WIDTHS)
+        tf_ms = [rows[i]["ms"] for _, rows in tf_runs]
+        cells = [f"{t:.2f}" for t in tf_ms] + [f"{ort['ms']:.2f}", f"{floor['ms']:.2f}"]
+        ratios = [f"{ort['ms'] / t:.2f}" for t in tf_ms] + [f"{ort['ms'] / floor['ms']:.2f}"]
+        emit((floor["op"], floor["config"], *cells, *ratios, status), widths)
     return 1 if failures else 0
 
 
