@@ -204,10 +204,12 @@ def test_bad_input_is_an_error_naming_the_op(op, message, make):
         (130, 1, 2, (1, 2), "VALID"),  # two full blocks and a partial one
         (32, 2, 1, (2, 1), "SAME"),  # multiplier 2: one full block of 64 outputs
         (70, 2, 2, (1, 1), "EXPLICIT"),  # multiplier 2, full blocks and a partial one
+        (75, 1, 1, (1, 1), "SAME"),  # forward by pixel: a 64-channel block, an 8-channel one, 3 alone
     ],
 )
 def test_wide_channel_blocks(fmt, channels, multiplier, stride, dil, padding):
-    """Channel counts that fill the 64-output blocks of the vectorized filter-gradient path."""
+    """Channel counts that fill the 64-output blocks of the vectorized filter-gradient path and of the
+    forward's pixel-at-a-time path (float, multiplier 1 or 2), with 8-wide blocks and single channels after."""
     rng = np.random.default_rng(channels * 10 + multiplier)
     shape = (2, 7, 9, channels) if fmt == "NHWC" else (2, channels, 7, 9)
     x = rng.standard_normal(shape).astype(np.float32)

@@ -82,6 +82,27 @@ void StoreResult(const A* src, T* dst, i64 n, i64 h, i64 w, i64 c, bool nchw, co
     NarrowAll(src, dst, n * h * w * c, par);
 }
 
+// Eight float lanes as a GCC vector, compiled by each ISA copy of a hot loop to its own registers.
+// The build has no FMA contraction, so `a + w * x` on these rounds exactly as the scalar loop does.
+// (The baseline copy passes these 32-byte vectors only between always-inlined functions, so the ABI
+// note GCC gives for them does not apply.)
+#pragma GCC diagnostic ignored "-Wpsabi"
+typedef float F8 __attribute__((vector_size(32)));
+typedef float F4 __attribute__((vector_size(16)));
+
+TFOPS_ALWAYS_INLINE F8 LoadF8(const float* p) {
+  F8 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// Lanes x[0], x[0], x[1], x[1], ..., x[3], x[3]: the input channels of 8 outputs with multiplier 2.
+TFOPS_ALWAYS_INLINE F8 LoadPairsF8(const float* p) {
+  F4 q;
+  std::memcpy(&q, p, sizeof q);
+  return __builtin_shufflevector(q, q, 0, 0, 1, 1, 2, 2, 3, 3);
+}
+
 // Range of output positions j (0 <= j < out) whose input position j*stride + offset lies in
 // [0, n): returns [lo, hi).
 TFOPS_ALWAYS_INLINE void ValidRange(i64 offset, i64 stride, i64 n, i64 out, i64* lo, i64* hi) {
@@ -133,9 +154,82 @@ TFOPS_ALWAYS_INLINE void TapM(A* __restrict acc, const A* __restrict w, const A*
   }
 }
 
+// Forward for float with multiplier 1 or 2, one output pixel at a time: each block of channels sums all
+// of the pixel's taps in registers and is stored once. The row-at-a-time loop below instead loads and
+// stores the output row once per tap, and a row of outputs and one of inputs together overflow L1,
+// so it is bound by L2 traffic; here the taps' input rows stream through in channel order (a few
+// sequential streams the prefetchers follow) and the output is written once. Each output adds the
+// same products in the same order (filter row, then filter column, padding taps skipped) as the row
+// loop, so both give the same bits.
+constexpr i64 kMaxTaps = 64;
+
+// Input lanes for output channels [k, k + 8): x[k .. k + 8) with multiplier 1, x[k/2 .. k/2 + 4) each
+// twice with multiplier 2.
+template <i64 M>
+TFOPS_ALWAYS_INLINE F8 InputLanes(const float* x, i64 k) {
+  return M == 1 ? LoadF8(x + k) : LoadPairsF8(x + k / 2);
+}
+
+// One output pixel's K = C * M channels: the sum over its taps of w[tap][k] * x[tap][k / M].
+template <i64 M>
+TFOPS_ALWAYS_INLINE void PixelTapsF32(const float* const* w, const float* const* x, i64 taps, i64 K, float* out) {
+  i64 k0 = 0;
+  for (; k0 + 64 <= K; k0 += 64) {  // eight independent sums hide the adds' latency
+    F8 a[8] = {};
+    for (i64 t = 0; t < taps; ++t)
+      for (int v = 0; v < 8; ++v) a[v] = a[v] + LoadF8(w[t] + k0 + 8 * v) * InputLanes<M>(x[t], k0 + 8 * v);
+    for (int v = 0; v < 8; ++v) std::memcpy(out + k0 + 8 * v, &a[v], sizeof a[v]);
+  }
+  for (; k0 + 8 <= K; k0 += 8) {
+    F8 a = {};
+    for (i64 t = 0; t < taps; ++t) a = a + LoadF8(w[t] + k0) * InputLanes<M>(x[t], k0);
+    std::memcpy(out + k0, &a, sizeof a);
+  }
+  for (; k0 < K; ++k0) {
+    float a = 0.0f;
+    for (i64 t = 0; t < taps; ++t) a = a + w[t][k0] * x[t][k0 / M];
+    out[k0] = a;
+  }
+}
+
+template <i64 M>
+TFOPS_ALWAYS_INLINE void ForwardRowsByPixelF32(const Geometry& g, const float* in, const float* filter, float* out,
+                                               i64 row_begin, i64 row_end) {
+  const i64 C = g.in_depth, K = g.out_depth;
+  const float* w[kMaxTaps];
+  const float* x[kMaxTaps];
+  for (i64 q = row_begin; q < row_end; ++q) {
+    const i64 b = q / g.out_rows, i = q % g.out_rows;
+    for (i64 j = 0; j < g.out_cols; ++j) {
+      i64 taps = 0;
+      for (i64 r = 0; r < g.filter_rows; ++r) {
+        const i64 in_r = i * g.stride + r * g.dilation_rows - g.pad_top;
+        if (in_r < 0 || in_r >= g.in_rows) continue;
+        const float* irow = in + (b * g.in_rows + in_r) * g.in_cols * C;
+        for (i64 s = 0; s < g.filter_cols; ++s) {
+          const i64 col = j * g.stride + s * g.dilation_cols - g.pad_left;
+          if (col < 0 || col >= g.in_cols) continue;
+          w[taps] = filter + (r * g.filter_cols + s) * K;
+          x[taps++] = irow + col * C;
+        }
+      }
+      PixelTapsF32<M>(w, x, taps, K, out + (q * g.out_cols + j) * K);
+    }
+  }
+}
+
 template <typename A, bool kRound, typename Round>
 TFOPS_ALWAYS_INLINE void ForwardRows(const Geometry& g, const A* in, const A* filter, A* out, i64 row_begin, i64 row_end, Round round) {
   const i64 K = g.out_depth, C = g.in_depth, M = g.depth_multiplier;
+  if constexpr (std::is_same<A, float>::value && !kRound) {
+    if ((M == 1 || M == 2) && g.filter_rows * g.filter_cols <= kMaxTaps) {
+      if (M == 1)
+        ForwardRowsByPixelF32<1>(g, in, filter, out, row_begin, row_end);
+      else
+        ForwardRowsByPixelF32<2>(g, in, filter, out, row_begin, row_end);
+      return;
+    }
+  }
   for (i64 q = row_begin; q < row_end; ++q) {
     const i64 b = q / g.out_rows, i = q % g.out_rows;
     A* orow = out + q * g.out_cols * K;
@@ -248,26 +342,7 @@ constexpr i64 kFilterBlock = 64;
 // One tap's accumulator for a full float block of kFilterBlock output channels over output columns
 // [lo, hi) of one row, held in eight 8-lane vector registers across the columns instead of being
 // loaded and stored per column. Each lane adds the same products in the same (column) order as
-// the scalar loop; the build has no FMA contraction, so the vector and scalar forms round alike.
-// (The baseline copy passes these 32-byte vectors only between always-inlined functions, so the
-// ABI note GCC gives for them does not apply.)
-#pragma GCC diagnostic ignored "-Wpsabi"
-typedef float F8 __attribute__((vector_size(32)));
-typedef float F4 __attribute__((vector_size(16)));
-
-TFOPS_ALWAYS_INLINE F8 LoadF8(const float* p) {
-  F8 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
-// Lanes x[0], x[0], x[1], x[1], ..., x[3], x[3]: the input channels of 8 outputs with multiplier 2.
-TFOPS_ALWAYS_INLINE F8 LoadPairsF8(const float* p) {
-  F4 q;
-  std::memcpy(&q, p, sizeof q);
-  return __builtin_shufflevector(q, q, 0, 0, 1, 1, 2, 2, 3, 3);
-}
-
+// the scalar loop.
 template <i64 M>
 TFOPS_ALWAYS_INLINE void FilterTapRowF32(float* acc, const float* dyrow, const float* irow, i64 lo, i64 hi,
                                          i64 x_step, i64 K, i64 x_offset) {
