@@ -3,7 +3,9 @@
 //    (float, or double for double) once, so the hot loops see one layout and one type.
 //  * Forward / BackpropInput: one task per block of (batch, row) output rows; each row is
 //    accumulated in a row buffer with the filter taps as the outer loops and the contiguous
-//    channels innermost (vectorizes), so no branch is taken per element.
+//    channels innermost (vectorizes), so no branch is taken per element. The float forward with
+//    multiplier 1 or 2 instead sums each output pixel's taps in registers (ForwardRowsByPixelF32),
+//    in the same order.
 //  * BackpropFilter: one task per (batch, channel block) with its own partial filter buffer;
 //    the partials are then summed in batch order, which is TF's order, for any thread count.
 #include "kernels/depthwise.h"
