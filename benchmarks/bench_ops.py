@@ -322,6 +322,11 @@ def selected_cases(args, shape) -> list:
     return [c for c in make_cases(shape, np.random.default_rng(args.seed)) if not args.ops or c.op in args.ops]
 
 
+def error_cell(e: Exception) -> str:
+    """A failed ORT run in the check column: a missing library or kernel shows in the table."""
+    return f"ERROR {type(e).__name__}: {str(e).splitlines()[0][:60]}"
+
+
 def run_runner(args, shape) -> None:
     """A child's work: times one runner over every case and prints JSON lines (a header, then a row per
     case). The floor's child also computes TF's and ORT's results once, untimed, for the check column."""
@@ -346,30 +351,32 @@ def run_runner(args, shape) -> None:
             elif args.runner == "ort":
                 try:
                     row["ms"] = median_ms(ort_runner(case, args.threads)[0], args.repeat)
-                except Exception as e:  # a missing library or kernel shows in the table
+                except Exception as e:
                     row["ms"] = float("nan")
-                    row["check"] = f"ERROR {type(e).__name__}: {str(e).splitlines()[0][:60]}"
+                    row["check"] = error_cell(e)
             else:
                 expected = tf_runner(case)[1]()
                 try:
                     row["check"] = check(case, expected, ort_runner(case, args.threads)[1]())
                 except Exception as e:
-                    row["check"] = f"ERROR {type(e).__name__}: {str(e).splitlines()[0][:60]}"
+                    row["check"] = error_cell(e)
                 row["ms"] = median_ms(MemoryFloor(case.inputs, expected, pool).run, args.repeat)
             print(json.dumps(row), flush=True)
 
 
-def run_child(argv, runner: str, onednn: str) -> tuple:
-    """This script as one runner in a child process: (its header dict, its rows). TF's kernel set is
-    pinned where TF runs (the floor's child checks against TF's Eigen kernels)."""
+def run_child(argv, runner: str, onednn: str = "") -> tuple:
+    """This script as one runner in a child process: (its header dict, its rows). TF's child gets the
+    kernel set `onednn` (on, off, or TF's default); the floor's child checks against TF's Eigen kernels."""
     env = dict(os.environ)
-    if runner == "floor" or onednn in ("on", "off"):
-        env["TF_ENABLE_ONEDNN_OPTS"] = "1" if onednn == "on" and runner == "tf" else "0"
+    if runner != "tf":
+        env["TF_ENABLE_ONEDNN_OPTS"] = "0"
+    elif onednn in ("on", "off"):
+        env["TF_ENABLE_ONEDNN_OPTS"] = "1" if onednn == "on" else "0"
     proc = subprocess.run([sys.executable, __file__, *argv, "--runner", runner], env=env, capture_output=True,
                           text=True)
     lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"the {runner} child (oneDNN {onednn}) failed:\n{proc.stderr[-3000:]}")
+        raise RuntimeError(f"the {runner} {onednn} child failed:\n{proc.stderr[-3000:]}")
     return lines[0], lines[1:]
 
 
@@ -408,13 +415,13 @@ def main(argv=None) -> int:
     # background load during one child's run cannot decide a ratio.
     runs = {}
     for _ in range(args.passes):
-        for key in [("floor", "off"), ("ort", "off")] + [("tf", s) for s in settings]:
+        for key in [("floor",), ("ort",)] + [("tf", s) for s in settings]:
             head_, rows = run_child(child_argv, *key)
             if key in runs:
                 rows = [dict(r, ms=min(r["ms"], old["ms"])) for r, old in zip(rows, runs[key][1])]
             runs[key] = (head_, rows)
-    header, floor_rows = runs[("floor", "off")]
-    ort_rows = runs[("ort", "off")][1]
+    header, floor_rows = runs[("floor",)]
+    ort_rows = runs[("ort",)][1]
     tf_runs = [runs[("tf", s)] for s in settings]
     print(header["header"])
     print("TF kernels: " + " | ".join(h["onednn"] for h, _ in tf_runs) + "; TF, ORT and the floor each ran in a "

@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -164,21 +165,10 @@ def images(batch: int):
     return np.random.default_rng(SEED + batch).uniform(0, 1, (batch,) + SHAPE).astype(np.float32)
 
 
-def median_seconds(fn, repeat: int) -> float:
-    """Median seconds per call after two warm-ups, a pause before each call (the pool's threads park)."""
-    fn()
-    fn()
-    times = []
-    for _ in range(repeat):
-        time.sleep(0.05)
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
-
-
 def time_runner(args) -> None:
-    """A child's work: times one runtime (TF's SavedModel, or one ONNX file) per batch; prints JSON."""
+    """A child's work: times one runtime (TF's SavedModel, or one ONNX file) per batch; prints JSON (ms)."""
+    from bench_ops import median_ms  # the operator benchmark's timing loop, pauses and warm-ups included
+
     result = {}
     if args.time_runner == "TF":
         import tensorflow as tf
@@ -188,19 +178,19 @@ def time_runner(args) -> None:
         serve = tf.saved_model.load(build_models()[0]).signatures["serving_default"]
         for batch in args.batches:
             x = tf.constant(images(batch))
-            result[batch] = median_seconds(lambda: serve(images=x), args.repeat)
+            result[batch] = median_ms(lambda: serve(images=x), args.repeat)
     else:
         import onnx
 
         sess = session(onnx.load(args.time_runner), ["CPUExecutionProvider"], args.threads)
         for batch in args.batches:
             feed = {sess.get_inputs()[0].name: images(batch)}
-            result[batch] = median_seconds(lambda: sess.run(None, feed), args.repeat)
+            result[batch] = median_ms(lambda: sess.run(None, feed), args.repeat)
     print(json.dumps(result), flush=True)
 
 
 def timed_in_children(runners: dict, args) -> dict:
-    """{label: {batch: seconds}}: each runner ("TF", or an ONNX file) timed in a child process of its own,
+    """{label: {batch: ms}}: each runner ("TF", or an ONNX file) timed in a child process of its own,
     --passes times in turn, keeping each runner's fastest pass per batch."""
     best = {}
     for _ in range(args.passes):
@@ -266,7 +256,7 @@ def main(argv=None) -> int:
 
     files = {}
     for label, model in models:
-        files[label] = os.path.join(CACHE, label.replace(",", "").replace(" ", "_").replace("(", "").replace(")", "") + ".onnx")
+        files[label] = os.path.join(CACHE, re.sub(r"\W+", "_", label).strip("_") + ".onnx")
         onnx.save(model, files[label])
     checks = {}
     for batch in args.batches:
@@ -282,7 +272,7 @@ def main(argv=None) -> int:
             v, tf_v = med[k][batch], med["TF"][batch]
             err, exact = checks.get((k, batch), (0.0, True))
             extra = "" if k == "TF" else f"  ({v / tf_v:.2f}x TF)  max|err| {err:.3g}{', bit-identical' if exact else ''}"
-            print(f"  batch {batch:3d}  {k:26s} {v * 1e3:9.2f} ms{extra}")
+            print(f"  batch {batch:3d}  {k:26s} {v:9.2f} ms{extra}")
 
     if "CUDAExecutionProvider" in ort.get_available_providers():
         import tf2onnx

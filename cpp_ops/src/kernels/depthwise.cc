@@ -354,7 +354,7 @@ TFOPS_ALWAYS_INLINE void FilterTapRowF32(float* acc, const float* dyrow, const f
   for (i64 j = lo; j < hi; ++j) {
     const float* x = irow + j * x_step + x_offset;
     const float* d = dyrow + j * K;
-    for (int v = 0; v < 8; ++v) a[v] = a[v] + LoadF8(d + 8 * v) * (M == 1 ? LoadF8(x + 8 * v) : LoadPairsF8(x + 4 * v));
+    for (int v = 0; v < 8; ++v) a[v] = a[v] + LoadF8(d + 8 * v) * InputLanes<M>(x, 8 * v);
   }
   for (int v = 0; v < 8; ++v) std::memcpy(acc + 8 * v, &a[v], sizeof a[v]);
 }
