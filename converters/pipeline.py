@@ -20,6 +20,7 @@ from converters.gradients import gradient_handlers, shield_gradient_nodes
 from converters.fusions import fold_batch_norm_class, pad_into_depthwise_class
 from converters.layout import optimizers as layout_optimizers
 from converters.linear_cost import linear_graph
+from converters.redundant_clamps import drop_redundant_clamps
 from converters.lowering_custom import lower_to_custom_node
 from ort_ops.model import IR_VERSION
 from ort_ops.schemas import DOMAIN, OPSET_VERSION
@@ -143,6 +144,7 @@ def convert_frozen_graph(
         main_g, subgraphs = graphs_from_tf(tf_graph, list(input_names), list(output_names), shape_override)
         for g in [main_g] + subgraphs:
             g.set_config(None, opset, extra_opset)
+            drop_redundant_clamps(g)
             shield_family_nodes(g)
             shield_gradient_nodes(g)
         exact_outputs = quantization_outputs(tf_graph, output_names, tensors_to_rename)
