@@ -27,8 +27,8 @@ stops the push, which costs two full copies of the tensor per node (issue 12).
 Gradients whose outputs include sums over the tensor (FakeQuant*Gradient, QuantizeAndDequantizeV4Grad,
 FusedBatchNormGrad*) take the layout only when no node reads those sums (a saliency map reads only dx):
 a different order of the same sum changes its last bits. FakeQuantWithMinMaxVarsPerChannelGradient keeps
-its layout for now: its CUDA kernel has no moved-axis (strided) path yet, and a converted model must run
-on every execution provider the library serves.
+its layout: the kernels (CPU and CUDA) take a moved axis, but tfmot quantizes per channel only weights,
+whose Transposes (HWIO -> OIHW) are not the activations' NCHW->NHWC ones this optimizer pushes.
 """
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ SWEEPS = True  # False: tf2onnx's own loop (the tests compare the two)
 _ELEMENTWISE_DOMAIN = ("FakeQuantWithMinMaxArgs", "FakeQuantWithMinMaxVars", "FakeQuantWithMinMaxVarsPerChannel",
                        "QuantizeAndDequantizeV2", "QuantizeAndDequantizeV3", "QuantizeAndDequantizeV4")
 # Domain ops whose `axis` names a dim of input 0 even at -1 (the last dim): it moves with every Transpose.
-# (The per-channel gradient keeps its layout for now, see the module docstring, so it is not listed.)
+# (The per-channel gradient keeps its layout, see the module docstring, so it is not listed.)
 _CHANNEL_AXIS = ("FakeQuantWithMinMaxVarsPerChannel",)
 
 # Standard ops that act element by element (with broadcasting), missing from tf2onnx's handler map.

@@ -164,7 +164,7 @@ def fake_quant_cases(op):
     by_attr = op.startswith("FakeQuantWithMinMaxArgs")
     cases = []
 
-    def make(note, shape, lo, hi, bits, narrow, signaling=False, payload_grads=True):
+    def make(note, shape, lo, hi, bits, narrow, signaling=False, payload_grads=True, axis=-1):
         levels = (1 << bits) - 1 - int(narrow) if 1 < bits < 20 else 255
         x = sprinkle(rng, grid_values(rng, shape, F32, lo, hi, levels), specials(rng, F32, lo, hi, signaling))
         inputs = [x]
@@ -177,7 +177,9 @@ def fake_quant_cases(op):
         if by_attr:
             attrs.update(min=lo, max=hi)
         elif per_channel:
-            d = shape[-1] if len(shape) else 1
+            d = shape[axis] if len(shape) else 1
+            if axis != -1:
+                attrs["axis"] = axis
             # each channel its own range, drawn around (lo, hi); a few zero and inverted ranges too
             los = (lo + rng.uniform(-1, 1, d) * 0.5 * (hi - lo + 1)).astype(F32)
             his = (los + rng.uniform(0.05, 2.0, d) * (abs(hi - lo) + 0.1)).astype(F32)
@@ -200,6 +202,9 @@ def fake_quant_cases(op):
         make(f"large {shape}", shape, -3.0, 5.0, 8, False, payload_grads=False)
     if grad:
         make(f"large {FQ_LARGE[0]} with NaN payloads in the gradients", FQ_LARGE[0], -3.0, 5.0, 8, False)
+    if per_channel:  # the domain's axis before the last dim (an NCHW tensor's channels), forward and gradient
+        for shape, axis in [((2, 6, 5, 7), 1), ((3, 40, 33), 0), ((2, 16, 300, 9), 1)]:
+            make(f"{shape} axis {axis}", shape, -3.0, 5.0, 8, False, axis=axis)
     return cases
 
 

@@ -1,6 +1,7 @@
 // Host emulation of the FakeQuant CUDA kernels against the CPU kernels, bit for bit (NaN bits of the sums
 // included): fake_quant.cu is rewritten by transform.py so that each launch runs its blocks on the host
-// (fake/cuda_runtime.h: block threads with a real barrier where a kernel synchronizes), over 618 cases:
+// (fake/cuda_runtime.h: block threads with a real barrier where a kernel synchronizes), over 618 cases
+// (each with the per-channel ops on the last dim and, where rows divide by 2 or 3, on an axis before it):
 // split tree nodes, fewer than 32 rows, 4M rows, zero and NaN/inf ranges, six NaN payloads, misaligned
 // pointers. Built and run by tests/test_cuda_emulation_fake_quant.py.
 #include <cstdio>
@@ -50,6 +51,11 @@ void Run(int64_t rows, int64_t C, int qmin, int qmax, int offset) {
     FakeQuantPerChannelForward(x, y1, rows / inner, C, inner, mn.data(), mx.data(), qmin, qmax, par);
     cuda::FakeQuantPerChannelForward(x, y2, rows / inner, C, inner, mn.data(), mx.data(), qmin, qmax, launch);
     fails += !Same(y1, y2, n, "pc fwd inner", rows / inner, C);
+  }
+  if (const int64_t inner = rows % 3 == 0 ? 3 : rows % 2 == 0 ? 2 : 1; inner > 1) {  // the gradient, moved axis
+    FakeQuantPerChannelGradient(g, x, rows / inner, C, inner, mn.data(), mx.data(), qmin, qmax, d1, dmna.data(), dmxa.data(), par);
+    cuda::FakeQuantPerChannelGradient(g, x, rows / inner, C, inner, mn.data(), mx.data(), qmin, qmax, d2, dmnb.data(), dmxb.data(), launch);
+    fails += !Same(d1, d2, n, "pc dx inner", rows / inner, C) + !Same(dmna.data(), dmnb.data(), C, "pc dmin inner", rows, C) + !Same(dmxa.data(), dmxb.data(), C, "pc dmax inner", rows, C);
   }
   FakeQuantPerChannelGradient(g, x, rows, C, 1, mn.data(), mx.data(), qmin, qmax, d1, dmna.data(), dmxa.data(), par);
   cuda::FakeQuantPerChannelGradient(g, x, rows, C, 1, mn.data(), mx.data(), qmin, qmax, d2, dmnb.data(), dmxb.data(), launch);

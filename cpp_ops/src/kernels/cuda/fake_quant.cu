@@ -202,6 +202,29 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   }
 }
 
+// [outer, channels, inner] <-> [outer, inner, channels]: the moved-axis gradient's copies. Element e of the
+// channels-last view is (row, c) with row = o * inner + i, the order in which the CPU kernel (and TF, on the
+// transposed input) sums each channel; one thread per element, coalesced on the channels-last side.
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    ToChannelsLastKernel(const float* __restrict__ from, float* __restrict__ to, int64_t n, int64_t channels,
+                         int64_t inner) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += stride) {
+    const int64_t c = e % channels, row = e / channels, o = row / inner, i = row % inner;
+    to[e] = from[(o * channels + c) * inner + i];
+  }
+}
+
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    FromChannelsLastKernel(const float* __restrict__ from, float* __restrict__ to, int64_t n, int64_t channels,
+                           int64_t inner) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += stride) {
+    const int64_t c = e % channels, row = e / channels, o = row / inner, i = row % inner;
+    to[(o * channels + c) * inner + i] = from[e];
+  }
+}
+
 // The range of channel c for the gradients: nudged bounds and whether the channel is kept.
 struct ChannelRange {
   float lo, hi;
@@ -622,18 +645,33 @@ void FakeQuantPerChannelGradient(const float* g, const float* x, int64_t outer, 
                                  const float* min, const float* max, int quant_min, int quant_max, float* dx,
                                  float* dmin, float* dmax, const CudaLaunch& launch) {
   if (channels <= 0) return;
-  if (inner > 1) {
-    // Not generalized yet: the passes below index element (row, c) as row * channels + c.
-    throw DeviceError("FakeQuantWithMinMaxVarsPerChannelGradient: an axis other than the last dim is not "
-                      "supported on CUDA yet");
-  }
-  const int64_t rows = inner == 1 ? outer : 0;  // inner == 0: no elements
+  const int64_t rows = inner > 0 ? outer * inner : 0;
   if (rows <= 0) {  // every sum is the empty leaf's +0 (0 for a dropped channel too)
     ZeroFloats(dmin, channels, launch, "FakeQuantWithMinMaxVarsPerChannelGradient: zero sums");
     ZeroFloats(dmax, channels, launch, "FakeQuantWithMinMaxVarsPerChannelGradient: zero sums");
     return;
   }
-  LaunchGradient(g, x, rows, channels, PerChannelRanges{min, max, quant_min, quant_max}, dx, dmin, dmax, launch);
+  const PerChannelRanges ranges{min, max, quant_min, quant_max};
+  if (inner == 1) {
+    LaunchGradient(g, x, rows, channels, ranges, dx, dmin, dmax, launch);
+    return;
+  }
+  // An axis before the last dim: the passes index element (row, c) as row * channels + c, so g and x are
+  // copied channels-last, the last-dim gradient runs on the copies, and dx is copied back. Each channel's
+  // terms keep their order (row = o * inner + i), so the sums are the CPU kernel's bit for bit.
+  const int64_t n = rows * channels;
+  if (launch.scratch == nullptr) throw DeviceError("FakeQuantWithMinMaxVarsPerChannelGradient: no scratch allocator");
+  float* g_last = launch.scratch->Array<float>(static_cast<std::size_t>(3 * n));
+  float* x_last = g_last + n;
+  float* dx_last = x_last + n;
+  const cudaStream_t stream = StreamOf(launch);
+  ToChannelsLastKernel<<<GridFor(n), kThreadsPerBlock, 0, stream>>>(g, g_last, n, channels, inner);
+  CheckLaunch("FakeQuantWithMinMaxVarsPerChannelGradient (gradients to channels-last)");
+  ToChannelsLastKernel<<<GridFor(n), kThreadsPerBlock, 0, stream>>>(x, x_last, n, channels, inner);
+  CheckLaunch("FakeQuantWithMinMaxVarsPerChannelGradient (inputs to channels-last)");
+  LaunchGradient(g_last, x_last, rows, channels, ranges, dx_last, dmin, dmax, launch);
+  FromChannelsLastKernel<<<GridFor(n), kThreadsPerBlock, 0, stream>>>(dx_last, dx, n, channels, inner);
+  CheckLaunch("FakeQuantWithMinMaxVarsPerChannelGradient (dx back from channels-last)");
 }
 
 }  // namespace cuda

@@ -41,7 +41,8 @@ void FakeQuantVarsGradient(const float* g, const float* x, int64_t n, float min,
                            int quant_max, float* dx, float* dmin, float* dmax, const CudaLaunch& launch);
 
 // PerChannel gradient over [outer, channels, inner]; `min`, `max`, `dmin` and `dmax` are device vectors
-// of `channels` entries. Only inner <= 1 (the last dim) so far: inner > 1 throws DeviceError.
+// of `channels` entries. inner > 1 (an axis before the last dim) runs on channels-last copies in scratch
+// memory (three times x's size), with the same sums.
 void FakeQuantPerChannelGradient(const float* g, const float* x, int64_t outer, int64_t channels, int64_t inner,
                                  const float* min, const float* max, int quant_min, int quant_max, float* dx,
                                  float* dmin, float* dmax, const CudaLaunch& launch);
