@@ -202,26 +202,23 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   }
 }
 
-// [outer, channels, inner] <-> [outer, inner, channels]: the moved-axis gradient's copies. Element e of the
-// channels-last view is (row, c) with row = o * inner + i, the order in which the CPU kernel (and TF, on the
-// transposed input) sums each channel; one thread per element, coalesced on the channels-last side.
+// [outer, channels, inner] <-> [outer, inner, channels]: the moved-axis gradient's copies, to channels-last
+// (kToLast) or back. Element e of the channels-last view is (row, c) with row = o * inner + i, the order in
+// which the CPU kernel (and TF, on the transposed input) sums each channel; one thread per element,
+// coalesced on the channels-last side.
+template <bool kToLast>
 __global__ void __launch_bounds__(kThreadsPerBlock)
-    ToChannelsLastKernel(const float* __restrict__ from, float* __restrict__ to, int64_t n, int64_t channels,
-                         int64_t inner) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += stride) {
-    const int64_t c = e % channels, row = e / channels, o = row / inner, i = row % inner;
-    to[e] = from[(o * channels + c) * inner + i];
-  }
-}
-
-__global__ void __launch_bounds__(kThreadsPerBlock)
-    FromChannelsLastKernel(const float* __restrict__ from, float* __restrict__ to, int64_t n, int64_t channels,
+    ChannelsLastCopyKernel(const float* __restrict__ from, float* __restrict__ to, int64_t n, int64_t channels,
                            int64_t inner) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += stride) {
     const int64_t c = e % channels, row = e / channels, o = row / inner, i = row % inner;
-    to[(o * channels + c) * inner + i] = from[e];
+    const int64_t strided = (o * channels + c) * inner + i;
+    if (kToLast) {
+      to[e] = from[strided];
+    } else {
+      to[strided] = from[e];
+    }
   }
 }
 
@@ -665,12 +662,12 @@ void FakeQuantPerChannelGradient(const float* g, const float* x, int64_t outer, 
   float* x_last = g_last + n;
   float* dx_last = x_last + n;
   const cudaStream_t stream = StreamOf(launch);
-  ToChannelsLastKernel<<<GridFor(n), kThreadsPerBlock, 0, stream>>>(g, g_last, n, channels, inner);
+  ChannelsLastCopyKernel<true><<<GridFor(n), kThreadsPerBlock, 0, stream>>>(g, g_last, n, channels, inner);
   CheckLaunch("FakeQuantWithMinMaxVarsPerChannelGradient (gradients to channels-last)");
-  ToChannelsLastKernel<<<GridFor(n), kThreadsPerBlock, 0, stream>>>(x, x_last, n, channels, inner);
+  ChannelsLastCopyKernel<true><<<GridFor(n), kThreadsPerBlock, 0, stream>>>(x, x_last, n, channels, inner);
   CheckLaunch("FakeQuantWithMinMaxVarsPerChannelGradient (inputs to channels-last)");
   LaunchGradient(g_last, x_last, rows, channels, ranges, dx_last, dmin, dmax, launch);
-  FromChannelsLastKernel<<<GridFor(n), kThreadsPerBlock, 0, stream>>>(dx_last, dx, n, channels, inner);
+  ChannelsLastCopyKernel<false><<<GridFor(n), kThreadsPerBlock, 0, stream>>>(dx_last, dx, n, channels, inner);
   CheckLaunch("FakeQuantWithMinMaxVarsPerChannelGradient (dx back from channels-last)");
 }
 
