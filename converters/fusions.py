@@ -35,7 +35,8 @@ def _const(node):
     return None if node is None or not node.is_const() else node.get_tensor_value(as_list=False)
 
 
-def _only_consumer(g, output: str, node) -> bool:
+def only_consumer(g, output: str, node) -> bool:
+    """Whether ``node`` is the one reader of tensor ``output`` of tf2onnx graph ``g`` (and it is no graph output)."""
     return output not in g.outputs and [c.name for c in g.find_output_consumers(output)] == [node.name]
 
 
@@ -73,7 +74,7 @@ def pad_into_depthwise_class():
             if node.type != DEPTHWISE or node.domain != DOMAIN:
                 return False
             pad = node.inputs[0]
-            if pad is None or pad.type != "Pad" or not _only_consumer(g, pad.output[0], node):
+            if pad is None or pad.type != "Pad" or not only_consumer(g, pad.output[0], node):
                 return False
             attrs = _attrs(node)
             padding = attrs["padding"]
@@ -116,7 +117,7 @@ def fold_batch_norm_class():
             if node.output[0] in g.outputs or any(g.find_output_consumers(o) or o in g.outputs for o in node.output[1:]):
                 return False  # only y may be used, by nodes
             producer = node.inputs[0]
-            if producer is None or not _only_consumer(g, node.input[0], node):
+            if producer is None or not only_consumer(g, node.input[0], node):
                 return False
             params = [_const(n) for n in node.inputs[1:5]]
             if any(p is None for p in params) or g.get_dtype(node.input[0]) != 1:  # float32 only

@@ -25,6 +25,7 @@ from onnx import TensorProto
 
 import ort_ops
 from converters.family import tf_attributes
+from converters.fusions import only_consumer
 from ort_ops.spec import OpError
 
 F32 = np.float32
@@ -83,7 +84,7 @@ def drop_redundant_clamps(g) -> int:
         relu = node.inputs[0]
         if relu is None or relu.type not in CLAMPS or g.get_dtype(relu.output[0]) != TensorProto.FLOAT:
             continue
-        if relu.output[0] in g.outputs or [c.name for c in g.find_output_consumers(relu.output[0])] != [node.name]:
+        if not only_consumer(g, relu.output[0], node):
             continue
         ranges = [_constant(n) for n in node.inputs[1:]]
         if any(r is None or r.dtype != F32 for r in ranges):

@@ -14,6 +14,7 @@ import pytest
 import tensorflow as tf
 
 import converters
+import ort_ops
 from converters.redundant_clamps import clamp_is_redundant, tf_relu
 from converters.verification import run_onnx
 
@@ -103,8 +104,6 @@ def test_the_decision_against_every_float32_near_the_bounds():
                            np.arange(0, 1 << 16, dtype=np.int64), np.arange(0, 1 << 16, dtype=np.int64) | (1 << 31)])
     x = np.concatenate([near.astype(np.uint32).view(F32), rng.integers(0, 1 << 32, 1 << 18, dtype=np.uint64)
                         .astype(np.uint32).view(F32)])
-    import ort_ops
-
     spec = ort_ops.get_spec("FakeQuantWithMinMaxVars")
     decided = {True: 0, False: 0}
     for lo_q, hi_q, bits in [(0, 6, 8), (-0.01, 6, 8), (0.01, 5.99, 3), (-1, 6, 8), (0, 6.02, 8), (0.2, 5, 2),
