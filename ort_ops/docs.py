@@ -21,6 +21,7 @@ _FAMILY_TITLES = {
     "quantize_dequantize": "Quantize and dequantize",
     "batch_norm": "Fused batch normalization",
     "depthwise": "Depthwise convolution",
+    "fused": "Fused chains (the project's own ops)",
 }
 
 

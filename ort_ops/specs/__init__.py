@@ -1,7 +1,7 @@
 """Every op of the domain, one spec each, listed per family."""
-from ort_ops.specs import batch_norm, depthwise, fake_quant, quantize_dequantize
+from ort_ops.specs import batch_norm, depthwise, fake_quant, fused, quantize_dequantize
 
-FAMILIES = (fake_quant, quantize_dequantize, batch_norm, depthwise)
+FAMILIES = (fake_quant, quantize_dequantize, batch_norm, depthwise, fused)
 
 OP_SPECS = tuple(spec for family in FAMILIES for spec in family.SPECS)
 SPECS_BY_NAME = {spec.name: spec for spec in OP_SPECS}

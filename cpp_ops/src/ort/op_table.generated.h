@@ -2,6 +2,8 @@
 // tests/test_cpp_op_table.py fails while this file and the specs disagree. Types: ort/op_table.h.
 #pragma once
 
+#include <cmath>
+
 #include "ort/op_table.h"
 
 namespace tfops {
@@ -212,6 +214,20 @@ inline constexpr ONNXTensorElementDataType kDepthwiseConv2dNativeBackpropFilter_
     kF16, kI32, kF16,  /* -> */ kF16,
     kBF16, kI32, kBF16,  /* -> */ kBF16,
 };
+inline constexpr const char* kFusedBatchNormClipFakeQuant_data_format_choices[] = {"NHWC", "NCHW", "NDHWC", "NCDHW"};
+inline constexpr const char* kFusedBatchNormClipFakeQuant_fake_quant_choices[] = {"FakeQuantWithMinMaxVars", "FakeQuantWithMinMaxArgs"};
+inline constexpr AttrSpec kFusedBatchNormClipFakeQuant_attrs[] = {
+    FloatAttr("epsilon", 0.0001f),
+    StringAttr("data_format", "NHWC", {kFusedBatchNormClipFakeQuant_data_format_choices, 4}),
+    FloatAttr("clip_min", -HUGE_VALF),
+    FloatAttr("clip_max", HUGE_VALF),
+    StringAttr("fake_quant", "FakeQuantWithMinMaxVars", {kFusedBatchNormClipFakeQuant_fake_quant_choices, 2}),
+    IntAttr("num_bits", 8),
+    BoolAttr("narrow_range", false),
+};
+inline constexpr ONNXTensorElementDataType kFusedBatchNormClipFakeQuant_types[] = {
+    kF32, kF32, kF32, kF32, kF32, kF32, kF32,  /* -> */ kF32,
+};
 
 // Every op of the domain; `types` holds each type combination's inputs then outputs.
 inline constexpr OpEntry kOps[] = {
@@ -234,6 +250,7 @@ inline constexpr OpEntry kOps[] = {
     {"DepthwiseConv2dNative", {kDepthwiseConv2dNative_attrs, 5}, 2, 1, {kDepthwiseConv2dNative_types, 12}},
     {"DepthwiseConv2dNativeBackpropInput", {kDepthwiseConv2dNativeBackpropInput_attrs, 5}, 3, 1, {kDepthwiseConv2dNativeBackpropInput_types, 16}},
     {"DepthwiseConv2dNativeBackpropFilter", {kDepthwiseConv2dNativeBackpropFilter_attrs, 5}, 3, 1, {kDepthwiseConv2dNativeBackpropFilter_types, 16}},
+    {"FusedBatchNormClipFakeQuant", {kFusedBatchNormClipFakeQuant_attrs, 7}, 7, 1, {kFusedBatchNormClipFakeQuant_types, 8}},
 };
 
 }  // namespace op_table
