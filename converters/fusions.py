@@ -6,6 +6,13 @@
   kernels add the taps inside the input in order and skip the padding's; the padded tensor made them
   add w * 0 = +-0 there instead, which changes no sum (a sum is never -0: it starts at +0), unless w is
   an infinity or a NaN (w * 0 = NaN). So the fusion needs a constant, finite filter.
+* ``BatchNormClipFakeQuant`` (always on, exact): an inference-mode FusedBatchNorm whose y only a
+  ``Clip`` (tf2onnx's Relu6) or ``Relu`` and then a FakeQuantWithMinMaxVars or Args with a constant
+  range read (tfmot's Conv -> BatchNorm -> ReLU6 -> quantizer), or only the quantizer, becomes one
+  ``FusedBatchNormClipFakeQuant`` node: one pass over the tensor instead of three (or two). The fused
+  kernel computes the three ops' float32 operations in their order, so the model's bits do not move.
+  The clip's bounds must be constants that its kernel compares as ONNX Runtime's Clip does: not NaN,
+  in order, and not subnormal (the fused kernel compares under TF's denormals-are-zero mode).
 * ``FoldBatchNorm`` (``fold_batch_norm=True``, off by default): an inference-mode FusedBatchNorm node
   with constant statistics after a Conv or a depthwise node with a constant filter is folded into that
   filter (w * k per output channel, k = scale / sqrt(variance + epsilon)) and a bias
@@ -24,6 +31,8 @@ from ort_ops.schemas import DOMAIN
 
 DEPTHWISE = "DepthwiseConv2dNative"
 BATCH_NORMS = ("FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3")
+BATCH_NORM_CLIP_FAKE_QUANT = "FusedBatchNormClipFakeQuant"
+FUSED_QUANTIZERS = ("FakeQuantWithMinMaxVars", "FakeQuantWithMinMaxArgs")
 
 
 def _str_attr(node, name, default):
@@ -163,3 +172,95 @@ def fold_batch_norm_class():
             g.remove_node(bn.name)
 
     return FoldBatchNorm
+
+
+def _clip_bounds(g, clip):
+    """The constant (lo, hi) of a ``Clip`` or ``Relu`` node that the fused kernel compares exactly as ONNX
+    Runtime does, or None. Clip: Eigen's cwiseMax(lo).cwiseMin(hi); Relu: cwiseMax(0), i.e. Clip(0, inf)."""
+    if clip.domain not in ("", "ai.onnx") or g.get_dtype(clip.input[0]) != 1:
+        return None
+    if clip.type == "Relu":
+        return 0.0, float("inf")
+    if clip.type != "Clip":
+        return None
+    if len(clip.input) > 1:  # opset 11: optional inputs
+        bounds = []
+        for i, default in ((1, -np.inf), (2, np.inf)):
+            if len(clip.input) > i and clip.input[i]:
+                value = _const(clip.inputs[i])
+                if value is None or np.size(value) != 1:
+                    return None
+                bounds.append(np.float32(np.asarray(value).reshape(())))
+            else:
+                bounds.append(np.float32(default))
+    else:  # opset 6: attributes
+        bounds = [np.float32(clip.get_attr_value("min", -3.4028234663852886e38)),
+                  np.float32(clip.get_attr_value("max", 3.4028234663852886e38))]
+    lo, hi = bounds
+    tiny = np.finfo(np.float32).tiny
+    if np.isnan(lo) or np.isnan(hi) or not lo <= hi or any(0 < abs(b) < tiny for b in bounds):
+        return None
+    return float(lo), float(hi)
+
+
+def batch_norm_clip_fake_quant_class():
+    class BatchNormClipFakeQuant(_Fusion, _optimizer_base()):
+        def rewrite(self, g, node) -> bool:
+            if node.type not in FUSED_QUANTIZERS or node.domain != DOMAIN:
+                return False
+            fq_attrs = _attrs(node)
+            if node.type == "FakeQuantWithMinMaxArgs":
+                rng = (np.float32(fq_attrs["min"]), np.float32(fq_attrs["max"]))
+            else:
+                rng = (_const(node.inputs[1]), _const(node.inputs[2]))
+            if any(r is None or np.shape(r) != () for r in rng):
+                return False  # a range computed in the graph keeps its own node (and its own error messages)
+            clip, bounds = None, (-np.inf, np.inf)
+            producer = node.inputs[0]
+            if producer is not None and producer.type in ("Clip", "Relu"):
+                bounds = _clip_bounds(g, producer)
+                if bounds is None or not only_consumer(g, producer.output[0], node):
+                    return False
+                clip, producer = producer, producer.inputs[0]
+            bn = producer
+            if bn is None or bn.type not in BATCH_NORMS or bn.domain != DOMAIN:
+                return False
+            bn_attrs = _attrs(bn)
+            if bn_attrs["is_training"] or g.get_dtype(bn.input[0]) != 1:
+                return False  # float32 x only: the quantizers are float32 ops
+            if any(g.find_output_consumers(o) or o in g.outputs for o in bn.output[1:]):
+                return False
+            if not only_consumer(g, bn.output[0], clip if clip is not None else node):
+                return False
+            attrs = {
+                "epsilon": bn_attrs["epsilon"],
+                "data_format": bn_attrs["data_format"],
+                "clip_min": bounds[0],
+                "clip_max": bounds[1],
+                "fake_quant": node.type,
+                "num_bits": fq_attrs["num_bits"],
+                "narrow_range": int(fq_attrs["narrow_range"]),
+            }
+            spec = ort_ops.get_spec(BATCH_NORM_CLIP_FAKE_QUANT)
+            try:  # the quantizer's range rules (Args: min < max) hold, or the chain keeps its own nodes
+                x_shape = g.get_shape(bn.input[0])
+                x_shape = None if x_shape is None else tuple(d if d >= 0 else None for d in x_shape)
+                spec.validate([x_shape] + [None] * 4 + [(), ()],
+                              [None] * 5 + [np.float32(r) for r in rng], None, spec.with_defaults(attrs))
+            except ort_ops.OpError:
+                return False
+            if node.type == "FakeQuantWithMinMaxArgs":
+                range_inputs = [g.make_const(node.name + "__min", np.array(rng[0], np.float32)).output[0],
+                                g.make_const(node.name + "__max", np.array(rng[1], np.float32)).output[0]]
+            else:
+                range_inputs = [node.input[1], node.input[2]]
+            inputs = list(bn.input[:5]) + range_inputs
+            output, shape, dtype = node.output[0], g.get_shape(node.output[0]), g.get_dtype(node.output[0])
+            for gone in (node, clip, bn):
+                if gone is not None:
+                    g.remove_node(gone.name)
+            g.make_node(BATCH_NORM_CLIP_FAKE_QUANT, inputs, attr=attrs, outputs=[output], shapes=[shape],
+                        dtypes=[dtype], domain=DOMAIN, name=node.name)
+            return True
+
+    return BatchNormClipFakeQuant

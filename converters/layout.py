@@ -80,6 +80,7 @@ def _layout_optimizer_class():
                 "FusedBatchNorm": self._domain_batch_norm,
                 "FusedBatchNormV2": self._domain_batch_norm,
                 "FusedBatchNormV3": self._domain_batch_norm,
+                "FusedBatchNormClipFakeQuant": self._domain_batch_norm,
                 "DepthwiseConv2dNative": self._domain_depthwise,
                 "DepthwiseConv2dNativeBackpropInput": self._domain_depthwise_backprop_input,
                 "DepthwiseConv2dNativeBackpropFilter": self._domain_depthwise_backprop_filter,
@@ -195,7 +196,8 @@ def _layout_optimizer_class():
             return True
 
         def _domain_batch_norm(self, trans, node):
-            if not self._fed_at(trans, node, 0) or _attrs(node)["is_training"]:
+            # The fused batch norm (converters.fusions) is inference-mode by definition.
+            if not self._fed_at(trans, node, 0) or _attrs(node).get("is_training", False):
                 return False
             fmt = self._flipped_format(trans, node)
             if fmt is None or not self._switch_transpose_and_node(node, trans):

@@ -171,6 +171,22 @@ def battery():
                     ga = {"epsilon": 0.001, "data_format": fmt, "is_training": training}
                     cases.append((f"bngrad {np.dtype(dtype).name} {sh} {fmt} {training}", "FusedBatchNormGradV3",
                                   [dy, x, scale, mean, var, np.zeros(0, F32)], ga))
+    # The fused batch norm -> clip -> fake quant: rows and planes around the vector widths, both quantizers,
+    # a NaN grid (infinite range) and Vars' zero range; a NaN scale where two NaNs meet (batch norm's rule).
+    for shape, fmt in (((2, 3, 5, 17), "NHWC"), ((1, 4, 5, 64), "NHWC"), ((2, 17, 3, 5), "NCHW"),
+                       ((1, 40, 9, 13), "NCHW"), ((3, 2, 2, 130), "NHWC")):
+        c = shape[1] if fmt == "NCHW" else shape[-1]
+        x = _values(rng, shape, F32, 4.0)
+        stats = [rng.uniform(0.5, 1.5, c).astype(F32), rng.standard_normal(c).astype(F32),
+                 rng.standard_normal(c).astype(F32), rng.random(c).astype(F32)]
+        stats[0][0] = np.nan
+        for quantizer in ("FakeQuantWithMinMaxVars", "FakeQuantWithMinMaxArgs"):
+            for lo, hi in ((-0.7, 5.3), (-np.inf, 6.0), (0.0, 0.0)):
+                if quantizer.endswith("Args") and not lo < hi:
+                    continue
+                a = {"epsilon": 0.001, "data_format": fmt, "clip_min": 0.0, "clip_max": 6.0, "fake_quant": quantizer}
+                cases.append((f"fused {shape} {fmt} {quantizer} {lo}", "FusedBatchNormClipFakeQuant",
+                              [x] + stats + [np.array(lo, F32), np.array(hi, F32)], a))
     # Depthwise: every stride and multiplier kernel, channel counts around the 64-channel filter blocks.
     for dtype in (np.float32, np.float64, np.float16, ml_dtypes.bfloat16):
         for (h, w, c, m, stride) in ((7, 9, 16, 1, 1), (8, 8, 64, 1, 2), (9, 7, 32, 2, 1), (6, 11, 32, 2, 2),
@@ -215,6 +231,7 @@ def _run_path(isa, tmp_path):
 # Families whose spec promises bit-identical values but lets any NaN stand for any NaN
 # (docs/semantics.md sections 3 and 4; their conformance tests compare that way): where two NaNs meet
 # in one operation, which payload survives depends on the operand order each ISA copy's code has.
+# The prefix takes in FusedBatchNormClipFakeQuant too: its quantizer passes on the batch norm's NaN.
 NAN_AS_ONE = ("FusedBatchNorm", "Depthwise")
 
 
@@ -245,7 +262,8 @@ def test_paths_agree_bit_for_bit(isa, tmp_path):
 @pytest.mark.parametrize("isa", ["sse2", "avx2", "avx512"])
 def test_conformance_suite_on_path(isa):
     _require(isa)
-    files = ["tests/test_cpp_quantization.py", "tests/test_cpp_batch_norm.py", "tests/test_cpp_depthwise.py"]
+    files = ["tests/test_cpp_quantization.py", "tests/test_cpp_batch_norm.py", "tests/test_cpp_depthwise.py",
+             "tests/test_cpp_fused.py"]
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *files],
                           env=_child_env(isa), capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]

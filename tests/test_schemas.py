@@ -29,6 +29,12 @@ def rand(*shape, loc=0.0, dtype=f32):
     return (np.random.default_rng(sum(shape) + 7 * len(shape)).standard_normal(shape) + loc).astype(dtype)
 
 
+def _fused_sample_x():
+    x = grid(2, 3, 4, 3, low=-6, high=6)
+    x[0, 0, 0, 0] = f32(0.2666665)
+    return x
+
+
 FQ = {"num_bits": 4}
 DW = {"strides": [1, 2, 2, 1], "padding": "EXPLICIT", "explicit_paddings": [0, 0, 1, 1, 1, 1, 0, 0]}  # = SAME here
 BN = {"epsilon": 0.25, "exponential_avg_factor": 0.3}
@@ -59,6 +65,11 @@ SAMPLES = {
                              {"epsilon": 0.25}, [(2, 3, 3, 3), (3,), (3,), (0,), (0,)], ()),
     "FusedBatchNormGradV3": ([rand(2, 3, 3, 3), rand(2, 3, 3, 3, loc=1), rand(3, loc=1), rand(3), rand(3, loc=2), z(0)],
                              {"epsilon": 0.25, "data_format": "NCHW"}, [(2, 3, 3, 3), (3,), (3,), (0,), (0,)], ()),
+    # Channel 0's batch norm is the identity (variance + epsilon = 1): its first value is one where the Vars
+    # quantizer's division and the Args quantizer's multiplication give different grid points.
+    "FusedBatchNormClipFakeQuant": ([_fused_sample_x(), f32([1.0, 2.0, 1.2]), f32([0.0, -0.25, 1.0]),
+                                     f32([0.0, -0.2, 0.3]), f32([0.75, 1.0, 2.0]), f32(-3), f32(5)],
+                                    {"epsilon": 0.25, "clip_min": 0.0, "clip_max": 6.0, **FQ}, [(2, 3, 4, 3)], ()),
     "DepthwiseConv2dNative": ([rand(1, 5, 5, 5), rand(3, 3, 5, 3)], DW, [(1, 3, 3, 15)], ()),
     "DepthwiseConv2dNativeBackpropInput": ([np.array([1, 5, 5, 5], np.int32), rand(3, 3, 5, 3), rand(1, 3, 3, 15)], DW,
                                            [(1, 5, 5, 5)], (0,)),
@@ -90,6 +101,8 @@ OTHER_VALUES = {
     "FusedBatchNormGrad": {"epsilon": 0.5, "data_format": "NCHW", "is_training": False},
     "FusedBatchNormGradV2": {"epsilon": 0.5, "data_format": "NCHW", "is_training": False},
     "FusedBatchNormGradV3": {"epsilon": 0.5, "data_format": "NHWC", "is_training": False},
+    "FusedBatchNormClipFakeQuant": {"epsilon": 0.5, "data_format": "NCHW", "clip_min": -1.0, "clip_max": 2.0,
+                                    "fake_quant": "FakeQuantWithMinMaxArgs", **_FQ_ATTRS},
     "DepthwiseConv2dNative": _DW_ATTRS,
     "DepthwiseConv2dNativeBackpropInput": _DW_ATTRS,
     "DepthwiseConv2dNativeBackpropFilter": _DW_ATTRS,
@@ -98,7 +111,7 @@ OTHER_VALUES = {
 
 def test_every_op_has_a_sample():
     assert set(SAMPLES) == set(OTHER_VALUES) == set(ort_ops.OP_NAMES)
-    assert len(ort_ops.OP_SPECS) == 19
+    assert len(ort_ops.OP_SPECS) == 20
 
 
 def test_domain_constants():

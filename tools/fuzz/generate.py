@@ -165,7 +165,28 @@ def _depthwise(rng, op):
     return Case(op, inputs, attrs, "valid")
 
 
-BUILDERS = {"fake_quant": _fake_quant, "quantize_dequantize": _qdq, "batch_norm": _batch_norm, "depthwise": _depthwise}
+def _fused(rng, op):
+    """FusedBatchNormClipFakeQuant: a float32 inference batch norm's inputs, a clip and a quantizer's range."""
+    bn = _batch_norm(rng, "FusedBatchNormV3")
+    fmt = bn.attrs["data_format"]
+    axis = 1 if fmt.startswith("NC") else -1
+    # At most 7 channels: from 8 on TF's batch norm takes its RSQRTPS path (a documented deviation of the
+    # batch-norm ops), and its last bit moves a quantized value now and then.
+    x = np.take(bn.inputs[0], range(min(7, bn.inputs[0].shape[axis])), axis=axis).astype(np.float32)
+    stats = [v[:7].astype(np.float32) for v in bn.inputs[1:5]]
+    lo, hi = _bound_pair(rng)
+    clip = (float(rng.choice([0.0, -np.inf])), float(np.inf))
+    if rng.random() < 0.7:  # clip bounds are never NaN: the op's own rule, TF's Maximum/Minimum have none
+        pair = _bound_pair(rng)
+        clip = tuple(sorted(pair)) if not np.isnan(pair).any() else (0.0, 6.0)
+    attrs = {"data_format": fmt, "epsilon": bn.attrs["epsilon"], "clip_min": clip[0], "clip_max": clip[1],
+             "fake_quant": str(rng.choice(["FakeQuantWithMinMaxVars", "FakeQuantWithMinMaxArgs"])),
+             "num_bits": int(rng.integers(2, 17)), "narrow_range": bool(rng.random() < 0.3)}
+    return Case(op, [x] + stats + [np.array(lo, np.float32), np.array(hi, np.float32)], attrs, "valid")
+
+
+BUILDERS = {"fake_quant": _fake_quant, "quantize_dequantize": _qdq, "batch_norm": _batch_norm, "depthwise": _depthwise,
+            "fused": _fused}
 
 
 # ----------------------------------------------------------------------------------------------- mutations

@@ -2,6 +2,7 @@
 #include "ort/op_table.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <set>
@@ -72,6 +73,10 @@ std::string AttrJson(const AttrSpec& a) {
   } else {
     switch (a.kind) {
       case AttrKind::kFloat: {
+        if (std::isinf(a.float_default)) {  // JSON has no infinity: JavaScript's spelling, which Python's json reads
+          out += a.float_default > 0 ? "Infinity" : "-Infinity";
+          break;
+        }
         char buffer[32];  // 9 significant digits: the float32 reads back exactly
         std::snprintf(buffer, sizeof(buffer), "%.9g", static_cast<double>(a.float_default));
         out += buffer;
