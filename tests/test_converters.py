@@ -122,6 +122,14 @@ def _cases():
             )[:3],
             [bx, scale, offset, mean, var],
         ),
+        # The project's own op: the converter fuses TF's chain (4 channels: TF's batch norm is correctly rounded).
+        "FusedBatchNormClipFakeQuant": (
+            lambda a, s, o, m, v: raw.FakeQuantWithMinMaxVars(
+                inputs=tf.nn.relu6(raw.FusedBatchNormV3(x=a, scale=s, offset=o, mean=m, variance=v, is_training=False)[0]),
+                min=-0.5, max=5.75, num_bits=6,
+            ),
+            [bx * 4, scale, offset, mean, var],
+        ),
         "FusedBatchNormGrad": (
             lambda d, a, s, m, v: raw.FusedBatchNormGrad(
                 y_backprop=d, x=a, scale=s, reserve_space_1=m, reserve_space_2=v, epsilon=1e-3
@@ -192,7 +200,7 @@ def test_single_op_matches_tf(op, lowering):
     else:
         assert not _domain_nodes(model) and DOMAIN not in imports
     report = converters.verify(model, fn, inputs=inputs, print_table=False)
-    quantization = op.startswith(("FakeQuant", "QuantizeAndDequantize"))
+    quantization = op.startswith(("FakeQuant", "QuantizeAndDequantize")) or ort_ops.get_spec(op).family == "fused"
     # Element-wise quantization outputs are held bit-exact; the spec's summed outputs (the min/max
     # gradients of the Vars ops) to the float tolerance (their summation order is not fixed by TF).
     summed = ort_ops.get_spec(op).summed_outputs()

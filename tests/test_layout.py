@@ -111,7 +111,8 @@ def test_custom_lowering_leaves_no_transpose_next_to_the_domain(converted):
     assert ops.count("Transpose") <= 1, ops  # the NHWC graph input into the first convolution
     assert not transposes_next_to_domain(model)
     domain = [n for n in model.graph.node if n.domain == DOMAIN]
-    assert {n.op_type for n in domain} == {"FakeQuantWithMinMaxVars", "FusedBatchNormV3", "DepthwiseConv2dNative"}
+    # Every batch norm here is the inference one before a ReLU6 quantizer: fused (converters/fusions.py).
+    assert {n.op_type for n in domain} == {"FakeQuantWithMinMaxVars", "FusedBatchNormClipFakeQuant", "DepthwiseConv2dNative"}
     for n in domain:
         if n.op_type != "FakeQuantWithMinMaxVars":
             assert attr(n, "data_format") == b"NCHW", n.name
