@@ -38,7 +38,12 @@ FAKE_QUANT_OPS = tuple(s.name for s in ort_ops.OP_SPECS if s.family == "fake_qua
 QDQ_OPS = tuple(s.name for s in ort_ops.OP_SPECS if s.family == "quantize_dequantize")
 BATCH_NORM_OPS = tuple(s.name for s in ort_ops.OP_SPECS if s.family == "batch_norm")
 DEPTHWISE_OPS = tuple(s.name for s in ort_ops.OP_SPECS if s.family == "depthwise")
+FUSED_OPS = tuple(s.name for s in ort_ops.OP_SPECS if s.family == "fused")
 QUANT_OPS = FAKE_QUANT_OPS + QDQ_OPS
+# Judged bit for bit, NaN payloads included, against the CPU kernels and TF's goldens: the quantization ops and
+# the fused ops (FusedBatchNormClipFakeQuant ends in a FakeQuant; its CUDA kernel recomputes a NaN result with
+# x86's rules, as the FakeQuant kernels do).
+BIT_EXACT_OPS = QUANT_OPS + FUSED_OPS
 DW_FWD, DW_BPI, DW_BPF = "DepthwiseConv2dNative", "DepthwiseConv2dNativeBackpropInput", "DepthwiseConv2dNativeBackpropFilter"
 # Forward and input gradient: every output element is the CPU kernel's own tap sequence (same order, no FMA).
 DW_BIT_EXACT = (DW_FWD, DW_BPI)
@@ -327,7 +332,7 @@ def outputs_mismatch(op, inputs, attrs, want, got) -> Optional[str]:
     problems = []
     for k, (w, g) in enumerate(zip(want, got)):
         why = None
-        if op in QUANT_OPS:
+        if op in BIT_EXACT_OPS:
             why = bits_mismatch(w, g)
         elif op in DW_BIT_EXACT:
             why = bits_mismatch(w, g, nan_payloads=False)
@@ -346,14 +351,14 @@ def golden_mismatch(op, case, got: Outcome) -> Optional[str]:
     if "error" in case:
         if got.error is None:
             return f"no error, TF says {case['error']!r}"
-        phrase = key_phrase(case["error"]) if op in QUANT_OPS else case["error"]
+        phrase = key_phrase(case["error"]) if op in BIT_EXACT_OPS else case["error"]
         if op not in got.error or phrase not in got.error:
             return f"message {got.error!r} lacks the op name or TF's {phrase!r}"
         return None
     if got.error is not None:
         return f"unexpected error {got.error}"
     want = case["outputs"]
-    if op in QUANT_OPS:
+    if op in BIT_EXACT_OPS:
         return quantization_mismatch(op, case["inputs"], want, got.outputs)
     if op in DEPTHWISE_OPS:
         return _assertion(lambda: _depthwise_checks().assert_close(op, got.outputs[0], want[0], case["inputs"],

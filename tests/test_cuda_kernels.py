@@ -5,6 +5,10 @@ What is compared (tests/cuda_support.py holds the rules):
 
 * Quantization ops (FakeQuant*, QuantizeAndDequantize*): every output bit for bit, NaN payloads and signs and
   signed zeros included, the summed min/max gradients too (the CUDA kernels reproduce the CPU's Eigen order).
+* FusedBatchNormClipFakeQuant (family "fused"): bit for bit, NaN payloads included, as the quantization ops.
+  Where two NaNs meet in its batch norm the CUDA kernel keeps the written operand order, as the CPU kernel's
+  AVX2 and AVX-512 copies do (not its SSE2 copy); the random cases never put a NaN variance and a NaN scale
+  in one channel, where the CPU's own order depends on the channel (tests/cuda_emulation/fused/check.cc).
 * DepthwiseConv2dNative and ...BackpropInput: bit for bit (the CUDA kernels run the CPU's tap sequence per
   output element); NaN positions must agree, NaN payloads need not: x86 and the GPU give different NaN bits
   for an invalid operation (0 * inf) and propagate payloads differently in float arithmetic.
@@ -380,6 +384,77 @@ def depthwise_cases(op):
     return cases
 
 
+# ------------------------------------------------------------------------------------ fused (batch norm ...)
+
+# (shape with the channels last, data_format); channels-first formats move C to position 1. Channel counts and
+# spatial sizes on both sides of the kernel's 4-float vectors, a plane of more than 2048 vectors (several
+# chunks), an empty batch, many blocks.
+FUSED_SHAPES = [
+    ((2, 5, 7, 6), "NHWC"), ((1, 1, 1, 3), "NHWC"), ((3, 4, 4, 17), "NHWC"), ((0, 2, 2, 3), "NHWC"),
+    ((8, 32, 32, 16), "NHWC"), ((2, 3, 3, 300), "NHWC"),
+    ((2, 5, 7, 6), "NCHW"), ((2, 7, 9, 19), "NCHW"), ((2, 8, 8, 4), "NCHW"), ((1, 100, 100, 3), "NCHW"),
+    ((4, 28, 28, 32), "NCHW"),
+    ((2, 3, 4, 5, 6), "NDHWC"), ((1, 2, 3, 4, 9), "NCDHW"),
+]
+# (quantizer, min, max, num_bits, narrow_range), (clip_min, clip_max): taken in turn.
+FUSED_RANGES = [("FakeQuantWithMinMaxVars", 0.0, 6.0, 8, False), ("FakeQuantWithMinMaxArgs", -6.0, 6.0, 8, False),
+                ("FakeQuantWithMinMaxVars", -1.0, 3.0, 4, True), ("FakeQuantWithMinMaxArgs", -0.5, 2.5, 16, False),
+                ("FakeQuantWithMinMaxVars", -2.5, 2.5, 5, True)]
+FUSED_CLIPS = [(0.0, 6.0), (-np.inf, np.inf), (-1.0, 2.0)]
+
+
+def fused_cases(op):
+    """FusedBatchNormClipFakeQuant: both quantizers, every layout, the usual clip bounds, special inputs (NaN
+    payloads, infinities, subnormals, signed zeros), a zero and a NaN grid, NaN statistics, and rejections."""
+    rng = _rng(op)
+    cases = []
+
+    def stats(c, nan_stats=False):
+        scale, offset = rng.uniform(0.5, 1.5, c).astype(F32), rng.standard_normal(c).astype(F32)
+        mean, var = (rng.standard_normal(c) * 0.3).astype(F32), rng.uniform(0.5, 2.0, c).astype(F32)
+        if nan_stats and c > 2:  # a NaN k (negative variance, NaN scale) and a NaN offset meet NaN inputs
+            var[0], scale[1], offset[2] = -1.0, nans(rng, 1, F32)[0], nans(rng, 1, F32)[0]
+        return [scale, offset, mean, var]
+
+    def make(note, shape, fmt, quantizer, lo, hi, bits, narrow, clip, nan_stats=False, values=None):
+        """``values(shape)``, if given, makes x (of the shape with C moved for the channels-first formats)."""
+        if fmt.startswith("NC"):
+            shape = (shape[0], shape[-1]) + tuple(shape[1:-1])
+        c = shape[1] if fmt.startswith("NC") else shape[-1]
+        if values is None:
+            levels = (1 << bits) - 1 - int(narrow)
+            x = grid_values(rng, shape, F32, lo - 2.0, hi + 2.0, levels)  # spread past the range and the clip
+            x = sprinkle(rng, x, specials(rng, F32, lo, hi, signaling=True), 0.05)
+        else:
+            x = values(shape)
+        attrs = {"epsilon": float(np.float32(0.001)), "data_format": fmt, "clip_min": clip[0], "clip_max": clip[1],
+                 "fake_quant": quantizer, "num_bits": bits, "narrow_range": narrow}
+        inputs = [x] + stats(c, nan_stats) + [np.array(lo, F32), np.array(hi, F32)]
+        cases.append(_case(f"{note}: {fmt} {shape} {quantizer} [{lo}, {hi}] {bits} bits clip {clip}", inputs, attrs))
+
+    for i, (shape, fmt) in enumerate(FUSED_SHAPES):
+        for j in range(2):
+            quantizer, lo, hi, bits, narrow = FUSED_RANGES[(2 * i + j) % len(FUSED_RANGES)]
+            make("layout", shape, fmt, quantizer, lo, hi, bits, narrow, FUSED_CLIPS[(i + j) % len(FUSED_CLIPS)])
+    for fmt in ("NHWC", "NCHW"):
+        make("zero range (Vars: zeros)", (2, 5, 7, 6), fmt, "FakeQuantWithMinMaxVars", 0.0, 0.0, 8, False, (0.0, 6.0),
+             values=lambda shape: sprinkle(rng, rng.standard_normal(shape).astype(F32), specials(rng, F32), 0.1))
+        make("NaN grid (infinite min)", (2, 5, 7, 6), fmt, "FakeQuantWithMinMaxVars", -np.inf, 6.0, 8, False,
+             (-np.inf, np.inf), values=lambda shape: sprinkle(rng, grid_values(rng, shape, F32, -3.0, 8.0, 255),
+                                                               specials(rng, F32, -3.0, 8.0, signaling=True), 0.1))
+        for quantizer in ("FakeQuantWithMinMaxVars", "FakeQuantWithMinMaxArgs"):
+            make("NaN statistics", (3, 4, 5, 8), fmt, quantizer, -1.0, 5.0, 8, False, (0.0, 6.0), nan_stats=True)
+    # rejected: statistics for 3 channels of 4, an Args range with min >= max, clip bounds out of order
+    x = rng.standard_normal((2, 3, 3, 4)).astype(F32)
+    c3, c4, lo, hi = np.ones(3, F32), np.ones(4, F32), np.array(-1.0, F32), np.array(1.0, F32)
+    base = {"data_format": "NHWC", "fake_quant": "FakeQuantWithMinMaxVars"}
+    cases.append(_case("scale of 3 channels for 4", [x, c3, c4, c4, c4, lo, hi], base))
+    cases.append(_case("Args range min >= max", [x, c4, c4, c4, c4, hi, lo],
+                       dict(base, fake_quant="FakeQuantWithMinMaxArgs")))
+    cases.append(_case("clip_min > clip_max", [x, c4, c4, c4, c4, lo, hi], dict(base, clip_min=6.0, clip_max=0.0)))
+    return cases
+
+
 def random_cases(op):
     if op in cs.FAKE_QUANT_OPS:
         return fake_quant_cases(op)
@@ -387,6 +462,8 @@ def random_cases(op):
         return qdq_cases(op)
     if op in cs.BATCH_NORM_OPS:
         return batch_norm_cases(op)
+    if op in cs.FUSED_OPS:
+        return fused_cases(op)
     return depthwise_cases(op)
 
 
@@ -527,7 +604,53 @@ def test_deterministic(cuda, config):
     assert not problems, "\n".join(problems)
 
 
+# The fused op in a captured CUDA graph (x varies; the statistics and the host-read range are initializers) and
+# run repeatedly (an element-wise kernel: the same bits every time whatever the grid).
+def fused_configs():
+    rng = _rng("fused-graph")
+    x = (rng.standard_normal((8, 20, 20, 24)) * 3).astype(F32)
+    x = sprinkle(rng, x, specials(rng, F32, -1.0, 5.0), 0.01)
+    c = x.shape[-1]
+    stats = [rng.uniform(0.5, 1.5, c).astype(F32), rng.standard_normal(c).astype(F32),
+             (rng.standard_normal(c) * 0.3).astype(F32), rng.uniform(0.5, 2.0, c).astype(F32)]
+    rng_ = [np.float32(-1), np.float32(5)]
+    vars_relu6 = {"clip_min": 0.0, "clip_max": 6.0, "narrow_range": True}
+    args_nchw = {"data_format": "NCHW", "fake_quant": "FakeQuantWithMinMaxArgs", "num_bits": 4}
+    x_nchw = np.ascontiguousarray(np.transpose(x, (0, 3, 1, 2)))
+    return [("FusedBatchNormClipFakeQuant", (0,), [x, *stats, *rng_], vars_relu6),
+            ("FusedBatchNormClipFakeQuant", (0,), [x_nchw, *stats, *rng_], args_nchw)]
+
+
+@pytest.mark.parametrize("config", fused_configs(), ids=lambda c: c[3].get("data_format", "NHWC"))
+def test_fused_cuda_graph(cuda, config):
+    problems = graph_check(cs.CUDA_GRAPH, config)
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("config", fused_configs(), ids=lambda c: c[3].get("data_format", "NHWC"))
+def test_fused_deterministic(cuda, config):
+    op, _, inputs, attrs = config
+    problems = determinism_check(cuda, (op, inputs, attrs))
+    assert not problems, "\n".join(problems)
+
+
 # ======================================================================== self-tests (run without a GPU)
+
+
+def test_self_fused_procedures_on_cpu():
+    """The fused op's graph and determinism procedures on the CPU EP, and its bit-for-bit rule: a changed NaN
+    payload or a changed last bit fails."""
+    for op, variable, inputs, attrs in fused_configs():
+        assert graph_check(cs.CPU_BOUND, (op, variable, inputs, attrs)) == []
+        assert determinism_check(cs.CPU_BOUND, (op, inputs, attrs)) == []
+        want = cs.run(cs.CPU, op, inputs, attrs)
+        got = cs.run(cs.CPU_BOUND, op, inputs, attrs)
+        assert cs.judge(op, inputs, attrs, cs.CPU_BOUND, want, got) == []
+        nan_at = _first(want.outputs[0], np.isnan)
+        num_at = _first(want.outputs[0], lambda a: np.isfinite(a) & (a != 0))
+        assert nan_at is not None and num_at is not None
+        for where in (nan_at, num_at):
+            assert cs.judge(op, inputs, attrs, cs.CPU_BOUND, want, _doctored(got, 0, lambda a: _flip_low_bit(a, where)))
 
 
 def test_self_skip_reasons(monkeypatch):
@@ -550,7 +673,7 @@ def test_self_this_machine_reason_is_stated():
                                                 "onnxruntime is not installed")), reason
 
 
-@pytest.mark.parametrize("family", ["fake_quant", "quantize_dequantize", "batch_norm", "depthwise"])
+@pytest.mark.parametrize("family", ["fake_quant", "quantize_dequantize", "batch_norm", "depthwise", "fused"])
 def test_self_goldens_cpu_against_cpu(family):
     """The golden comparison path with the CPU kernels on both sides, one through io_binding: every problem
     list is empty (a sample of each op's cases: every error case and every other one of the rest)."""
@@ -729,7 +852,9 @@ def test_bench_cuda_cpu_side():
     """The benchmark's cases, byte counts and table, which need no GPU."""
     bench = _bench_module()
     cases = bench.make_cases(quick=True)
-    assert {c.op for c in cases} == set(ALL_OPS)
+    # benchmarks/bench_cuda.py has no case for the fused family yet; every other op must have one.
+    assert {c.op for c in cases} <= set(ALL_OPS)
+    assert set(ALL_OPS) - {c.op for c in cases} <= set(cs.FUSED_OPS), set(ALL_OPS) - {c.op for c in cases}
     assert {c.config.split()[0] for c in cases} == {"2x8x8x16", "MobileNetV2"}
     fq = next(c for c in cases if c.op == "FakeQuantWithMinMaxVars")
     assert fq.constant_inputs == (1, 2) and fq.bytes_moved == 2 * fq.inputs[0].nbytes + 8  # x, y, min, max
