@@ -14,7 +14,8 @@ Configs (float32):
     multiplier 1 and 2);
   * mobilenet: MobileNetV2-like layers (224x224 input, width 1.0: the depthwise inputs 112x112x32 stride 1,
     56x56x144 stride 2, 14x14x576 stride 1, 7x7x960 stride 1) at batch 1, 8 and 64: the depthwise op and its
-    two gradients, FusedBatchNormV3 inference and training, FusedBatchNormGradV3, FakeQuantWithMinMaxVars
+    two gradients, FusedBatchNormV3 inference and training, FusedBatchNormGradV3, FusedBatchNormClipFakeQuant
+    (batch norm, ReLU6 and quantizer fused), FakeQuantWithMinMaxVars
     and its gradient on the layer's activations.
 Inputs that are parameters (ranges, scale/offset/statistics, shape inputs, small filters) are initializers
 of the one-node model, as a converter writes them; the large tensors are bound on the GPU through io_binding,
@@ -81,6 +82,8 @@ class BenchCase:
         """'bandwidth' (>= 85% of copy and not slower than PyTorch) or 'torch' (not slower than PyTorch)."""
         if self.op.startswith(MEMORY_BOUND):
             return "bandwidth"
+        if self.op == "FusedBatchNormClipFakeQuant":  # one read of x, one write of y
+            return "bandwidth"
         if self.op.startswith("FusedBatchNorm") and "Grad" not in self.op and not self.attrs.get("is_training", True):
             return "bandwidth"
         return "torch"
@@ -146,6 +149,8 @@ def mobilenet_cases(batches=MOBILENET_BATCHES, layers=MOBILENET_LAYERS, seed=1):
                           {"is_training": True, "epsilon": 0.001})
             yield _finish("FusedBatchNormGradV3", config + " training", [g, x, scale, mean, var, np.zeros((), f32)],
                           {"is_training": True, "epsilon": 0.001})
+            yield _finish("FusedBatchNormClipFakeQuant", config + " relu6", [x, scale, offset, mean, var, np.float32(-0.5),
+                          np.float32(5.75)], {"epsilon": 0.001, "clip_min": 0.0, "clip_max": 6.0})
             yield _finish("FakeQuantWithMinMaxVars", config, [x, np.float32(-6), np.float32(6)], {})
             yield _finish("FakeQuantWithMinMaxVarsGradient", config, [g, x, np.float32(-6), np.float32(6)], {})
 
@@ -405,6 +410,13 @@ def torch_equivalent(case: BenchCase):
         scale = (hi - lo) / (2**bits - 1)
         return scale, int(round(-lo / scale)), 0, 2**bits - 1
 
+    if op == "FusedBatchNormClipFakeQuant":  # PyTorch has no fused op: its three kernels in turn
+        x, w, b, mean, var = (cl(a) for a in case.inputs[:5])
+        scale, zp, qmin, qmax = per_tensor(float(case.inputs[5]), float(case.inputs[6]))
+        eps = float(attrs.get("epsilon", 1e-4))
+        return ("batch_norm inference + clamp + fake_quantize_per_tensor_affine",
+                lambda: torch.fake_quantize_per_tensor_affine(
+                    F.batch_norm(x, mean, var, w, b, training=False, eps=eps).clamp_(0.0, 6.0), scale, zp, qmin, qmax))
     if op.startswith("FakeQuant") or op.startswith("QuantizeAndDequantize"):
         grad = op.endswith("Gradient") or op.endswith("Grad")
         x = t(case.inputs[1] if grad else case.inputs[0])

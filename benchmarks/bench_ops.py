@@ -108,6 +108,9 @@ def make_cases(shape, rng):
     cases.append(Case("FusedBatchNormGrad", "training", grad_in, train))
     cases.append(Case("FusedBatchNormGradV2", "inference", grad_in, infer))
     cases.append(Case("FusedBatchNormGradV3", "training", grad_in + [np.zeros(0, f32)], train))
+    # TF's time is its chain's: FusedBatchNormV3 (inference), Relu6, FakeQuantWithMinMaxVars.
+    cases.append(Case("FusedBatchNormClipFakeQuant", "inference, ReLU6, 8 bits", bn_in + [s_min, s_max],
+                      {"epsilon": 0.001, "clip_min": 0.0, "clip_max": 6.0}))
 
     for stride in (1, 2):
         for mult in (1, 2):
@@ -150,13 +153,18 @@ def tf_runner(case: Case):
 
     spec = ort_ops.get_spec(case.op)
     names = [p.name for p in spec.inputs]
-    raw_op = getattr(tf.raw_ops, case.op)
     attrs = dict(case.attrs)
     tensors = [tf.constant(a) for a in case.inputs]
+    if spec.family == "fused":  # TF has no such op: it runs the chain of ops the fused one replaces
+        from tools.goldens._fused_chain import chain
 
-    @tf.function
-    def call(*args):
-        return raw_op(**dict(zip(names, args)), **attrs)
+        call = tf.function(lambda *args: chain(case.op, list(args), attrs))
+    else:
+        raw_op = getattr(tf.raw_ops, case.op)
+
+        @tf.function
+        def call(*args):
+            return raw_op(**dict(zip(names, args)), **attrs)
 
     def run():
         return call(*tensors)

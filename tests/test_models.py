@@ -111,7 +111,9 @@ _TRAIN_STEP_FAMILY = {
     "DepthwiseConv2dNativeBackpropFilter",
 }
 EXPECTED_FAMILY_OPS = {
-    "mobilenet_v2_qat": {"FakeQuantWithMinMaxVars", "FusedBatchNormV3", "DepthwiseConv2dNative"},
+    # Inference: each batch norm, its ReLU6 and its quantizer are one fused node (converters/fusions.py). The
+    # saliency graph's batch norms keep their own nodes: its gradient reads their inputs too.
+    "mobilenet_v2_qat": {"FakeQuantWithMinMaxVars", "FusedBatchNormClipFakeQuant", "DepthwiseConv2dNative"},
     "mobilenet_v2_qat_train_step": _TRAIN_STEP_FAMILY | {"FakeQuantWithMinMaxVarsPerChannelGradient"},
     "mobilenet_v2_qat_saliency": {
         "FakeQuantWithMinMaxVars", "FakeQuantWithMinMaxVarsGradient", "FusedBatchNormV3", "FusedBatchNormGradV3",

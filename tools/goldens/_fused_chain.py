@@ -9,13 +9,13 @@ import math
 import numpy as np
 
 
-def run_chain(op: str, inputs, attrs: dict) -> list:
-    """The outputs of ``op``'s chain as NumPy arrays; raises whatever TF raises for inputs it rejects."""
+def chain(op: str, tensors, attrs: dict):
+    """``op``'s chain of TF ops on TF tensors (usable inside a tf.function); returns its output tensor."""
     import tensorflow as tf
 
     if op != "FusedBatchNormClipFakeQuant":
         raise KeyError(f"{op} is not a fused op")
-    x, scale, offset, mean, variance, mn, mx = (tf.constant(np.asarray(v)) for v in inputs)
+    x, scale, offset, mean, variance, mn, mx = tensors
     lo, hi = attrs.get("clip_min", -math.inf), attrs.get("clip_max", math.inf)
     y = tf.raw_ops.FusedBatchNormV3(x=x, scale=scale, offset=offset, mean=mean, variance=variance,
                                     epsilon=attrs.get("epsilon", 1e-4), exponential_avg_factor=1.0,
@@ -29,7 +29,14 @@ def run_chain(op: str, inputs, attrs: dict) -> list:
             y = tf.raw_ops.Minimum(x=y, y=tf.constant(np.float32(hi)))
     bits = {"num_bits": attrs.get("num_bits", 8), "narrow_range": bool(attrs.get("narrow_range", False))}
     if attrs.get("fake_quant", "FakeQuantWithMinMaxVars") == "FakeQuantWithMinMaxArgs":
-        out = tf.raw_ops.FakeQuantWithMinMaxArgs(inputs=y, min=float(np.asarray(mn)), max=float(np.asarray(mx)), **bits)
-    else:
-        out = tf.raw_ops.FakeQuantWithMinMaxVars(inputs=y, min=mn, max=mx, **bits)
-    return [out.numpy()]
+        # Args takes its range as attributes: Python floats, known when the graph is built.
+        return tf.raw_ops.FakeQuantWithMinMaxArgs(inputs=y, min=float(tf.get_static_value(mn)),
+                                                  max=float(tf.get_static_value(mx)), **bits)
+    return tf.raw_ops.FakeQuantWithMinMaxVars(inputs=y, min=mn, max=mx, **bits)
+
+
+def run_chain(op: str, inputs, attrs: dict) -> list:
+    """The outputs of ``op``'s chain as NumPy arrays; raises whatever TF raises for inputs it rejects."""
+    import tensorflow as tf
+
+    return [chain(op, [tf.constant(np.asarray(v)) for v in inputs], attrs).numpy()]

@@ -1,7 +1,9 @@
 // The fused ops (ort_ops/specs/fused.py) as plain functions over pointers and shapes: chains of the
 // family's ops computed in one pass over memory, with each op's own per-element arithmetic (the
 // TFOPS_HD functions of batch_norm.h and fake_quant.h) in the chain's order, so that a fused node gives
-// the bits of the nodes it replaces. The CPU kernels are in fused.cc, the CUDA ones in cuda/fused.cu.
+// the bits of the nodes it replaces (where two NaNs meet in the batch norm, which one survives follows
+// the batch-norm ops' any-NaN rule, docs/semantics.md 4a.3). The CPU kernels are in fused.cc, the CUDA
+// ones in cuda/fused.cu.
 #pragma once
 
 #include <cstdint>

@@ -3,8 +3,10 @@
 //
 // Same contract as the CPU kernels, with device pointers for x, the statistics and y; `step` was made
 // on the host from the host inputs min/max. The launchers enqueue on launch.stream and return without
-// waiting; a failed launch throws DeviceError. Every output is the CPU kernel's bits (NaN for NaN):
-// the element arithmetic is fused.h's TFOPS_HD functions.
+// waiting; a failed launch throws DeviceError. Every output is the CPU kernel's bits, NaN payloads
+// included: the element arithmetic is fused.h's TFOPS_HD functions. The exception is batch norm's own
+// (docs/semantics.md 4a.3): where two NaNs meet in it (a NaN statistic and a NaN x, or a NaN variance
+// and a NaN scale), any NaN stands for any NaN, as the CPU's ISA copies differ there too.
 #pragma once
 
 #include "kernels/batch_norm.h"
