@@ -67,6 +67,11 @@ typedef int cudaError_t;
 constexpr cudaError_t cudaSuccess = 0;
 inline cudaError_t cudaGetLastError() { return cudaSuccess; }
 inline const char* cudaGetErrorString(cudaError_t) { return "emulated"; }
+// common.cuh's ZeroFloats: host memory stands in for device memory, so a plain memset.
+inline cudaError_t cudaMemsetAsync(void* p, int v, std::size_t n, cudaStream_t) {
+  std::memset(p, v, n);
+  return cudaSuccess;
+}
 
 namespace emu {
 

@@ -16,6 +16,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -35,6 +36,12 @@ inline void CheckLaunch(const char* what) {
 // Throws DeviceError if a CUDA runtime call failed.
 inline void CheckCuda(cudaError_t error, const char* what) {
   if (error != cudaSuccess) throw DeviceError(std::string(what) + ": " + cudaGetErrorString(error));
+}
+
+// n floats of device memory set to +0.0f (all-zero bits) on the launch's stream; nothing for n <= 0.
+inline void ZeroFloats(float* p, std::int64_t n, const CudaLaunch& launch, const char* what) {
+  if (n <= 0) return;
+  CheckCuda(cudaMemsetAsync(p, 0, static_cast<std::size_t>(n) * sizeof(float), StreamOf(launch)), what);
 }
 
 constexpr int kThreadsPerBlock = 256;

@@ -551,11 +551,6 @@ void LaunchGradient(const float* g, const float* x, int64_t rows, int64_t channe
   CheckLaunch("FakeQuant gradient (combine pass)");
 }
 
-void ZeroFloats(float* p, int64_t n, const CudaLaunch& launch, const char* what) {
-  if (n <= 0) return;
-  CheckCuda(cudaMemsetAsync(p, 0, static_cast<std::size_t>(n) * sizeof(float), StreamOf(launch)), what);
-}
-
 }  // namespace
 
 void FakeQuantForward(const float* x, float* y, int64_t n, const FakeQuantGrid& grid, bool use_division,

@@ -324,10 +324,6 @@ void Launch(const batch_norm::Layout& l, const float* x, float* y, const Statist
   }
 }
 
-void ZeroFloats(float* p, i64 n, const CudaLaunch& launch, const char* what) {
-  CheckCuda(cudaMemsetAsync(p, 0, static_cast<std::size_t>(n) * sizeof(float), StreamOf(launch)), what);
-}
-
 }  // namespace
 
 void BatchNormClipFakeQuantForward(const batch_norm::Layout& layout, const float* x, const float* scale,
