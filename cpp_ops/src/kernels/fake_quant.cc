@@ -51,11 +51,6 @@ void ForwardNanGrid(const float* x, float* y, int64_t n, const FakeQuantGrid& g,
   }
 }
 
-bool HasNan(const FakeQuantGrid& g) {
-  return FakeQuantIsNan(g.nudged_min) || FakeQuantIsNan(g.nudged_max) || FakeQuantIsNan(g.scale) ||
-         FakeQuantIsNan(g.inv_scale) || FakeQuantIsNan(g.quant_zero);
-}
-
 TFOPS_ALWAYS_INLINE void GradientInRangeBody(const float* g, const float* x, float* dx, int64_t n, float lo,
                                              float hi) {
   for (int64_t i = 0; i < n; ++i) dx[i] = FakeQuantMasked(g[i], x[i], lo, hi);
@@ -73,7 +68,7 @@ struct ChannelGrids {
     for (int64_t c = 0; c < channels; ++c) {
       if (FakeQuantRangeIsZero(min[c], max[c])) continue;
       const FakeQuantGrid grid = NudgeFakeQuantRange(min[c], max[c], quant_min, quant_max);
-      any_nan = any_nan || HasNan(grid);
+      any_nan = any_nan || FakeQuantGridHasNan(grid);
       lo[c] = grid.nudged_min;
       hi[c] = grid.nudged_max;
       inv_scale[c] = grid.inv_scale;
@@ -272,7 +267,7 @@ FakeQuantGrid NudgeFakeQuantRange(float min, float max, int quant_min, int quant
 
 void FakeQuantForward(const float* x, float* y, int64_t n, const FakeQuantGrid& grid, bool use_division,
                       const Parallel& parallel) {
-  const bool nan_grid = HasNan(grid);
+  const bool nan_grid = FakeQuantGridHasNan(grid);
   parallel.ForRange(n, kGrain, [&](int64_t begin, int64_t end) {
     ScopedFlushDenormals flush;
     if (nan_grid) {
@@ -311,7 +306,7 @@ void FakeQuantPerChannelForward(const float* x, float* y, int64_t outer, int64_t
         const FakeQuantGrid grid{grids.lo[c], grids.hi[c], grids.scale[c], grids.inv_scale[c], grids.quant_zero[c]};
         if (grids.keep[c] == 0.0f) {
           std::fill(y + b * inner, y + (b + 1) * inner, 0.0f);
-        } else if (HasNan(grid)) {
+        } else if (FakeQuantGridHasNan(grid)) {
           ForwardNanGrid(x + b * inner, y + b * inner, inner, grid, /*use_division=*/false);
         } else {
           ForwardMultiply(x + b * inner, y + b * inner, inner, grid.nudged_min, grid.nudged_max, grid.inv_scale,

@@ -52,6 +52,13 @@ TFOPS_HD inline bool FakeQuantIsNan(float v) { return float_ops::IsNan(v); }
 // where the FTZ mode cannot act.
 TFOPS_HD inline float FakeQuantFlush(float v) { return fabsf(v) < kFakeQuantFloatMin ? copysignf(0.0f, v) : v; }
 
+// Whether a nudged grid holds a NaN (from a NaN or infinite range): the one case where an operation of
+// the forward can meet two NaNs, so the CPU kernels then compute with FakeQuantX86Ops (fake_quant.cc).
+TFOPS_HD inline bool FakeQuantGridHasNan(const FakeQuantGrid& g) {
+  return FakeQuantIsNan(g.nudged_min) || FakeQuantIsNan(g.nudged_max) || FakeQuantIsNan(g.scale) ||
+         FakeQuantIsNan(g.inv_scale) || FakeQuantIsNan(g.quant_zero);
+}
+
 // Vars and PerChannel skip the nudge and output zeros when min == max == 0. TF compares with
 // denormals-are-zero on, so subnormal bounds count as 0.
 TFOPS_HD inline bool FakeQuantRangeIsZero(float min, float max) {

@@ -25,11 +25,6 @@ using i64 = std::int64_t;
 // split the network's smaller tensors over two threads.
 constexpr i64 kGrain = 1 << 14;
 
-bool HasNan(const FakeQuantGrid& g) {
-  return FakeQuantIsNan(g.nudged_min) || FakeQuantIsNan(g.nudged_max) || FakeQuantIsNan(g.scale) ||
-         FakeQuantIsNan(g.inv_scale) || FakeQuantIsNan(g.quant_zero);
-}
-
 // Channels-first planes [q0, q1) of P elements (channel q % C), or channels-last rows [r0, r1) of C.
 template <bool kDivide>
 TFOPS_ALWAYS_INLINE void PlanesBody(const float* x, float* y, i64 q0, i64 q1, i64 C, i64 P, const float* m,
@@ -119,7 +114,7 @@ void BatchNormClipFakeQuantForward(const batch_norm::Layout& l, const float* x, 
   std::vector<float> k(static_cast<size_t>(C));
   for (i64 c = 0; c < C; ++c) k[c] = batch_norm::ScaleFactor(variance[c], epsilon, scale[c]);
   const float* kp = k.data();
-  if (HasNan(step.grid)) {
+  if (FakeQuantGridHasNan(step.grid)) {
     par.ForRange(n, kGrain, [&](i64 b, i64 e) { NanGridElements(l, x, y, b, e, mean, kp, offset, clip_min, clip_max, step); });
     return;
   }
