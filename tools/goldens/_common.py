@@ -35,13 +35,18 @@ def tf_error_message(exc) -> str:
 
 
 def run_tf(op: str, inputs, attrs: dict):
-    """(outputs, None) or (None, message) from ``tf.raw_ops.<op>`` called with the spec's input names."""
+    """(outputs, None) or (None, message) from ``tf.raw_ops.<op>`` called with the spec's input names; for a
+    fused op (TF has none), from TF's chain of the ops it fuses (``_fused_chain``)."""
     import tensorflow as tf
+
+    from tools.goldens._fused_chain import run_chain
 
     spec = ort_ops.get_spec(op)
     kwargs = {p.name: np.asarray(x) for p, x in zip(spec.inputs, inputs)}
     kwargs.update(attrs)
     try:
+        if spec.family == "fused":
+            return run_chain(op, inputs, attrs), None
         result = getattr(tf.raw_ops, op)(**kwargs)
     except (tf.errors.OpError, ValueError, TypeError) as e:
         return None, tf_error_message(e)

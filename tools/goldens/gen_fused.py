@@ -21,34 +21,18 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from tools.goldens._common import check_tf_mode, specials, tf_error_message  # noqa: E402
+from tools.goldens._common import check_tf_mode, specials, tf_case  # noqa: E402
 
 import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
 
 from golden_io import save_cases  # noqa: E402
-from tools.goldens._fused_chain import run_chain  # noqa: E402
 
 OP = "FusedBatchNormClipFakeQuant"
 F32 = np.float32
 
 
-def tf_chain(inputs, attrs):
-    """(outputs, None) or (None, TF's message) for the chain the op fuses."""
-    try:
-        return run_chain(OP, inputs, attrs), None
-    except (tf.errors.OpError, ValueError, TypeError) as e:
-        return None, tf_error_message(e)
-
-
 def case(inputs, attrs, note):
-    outputs, error = tf_chain(inputs, attrs)
-    c = {"attrs": dict(attrs), "inputs": [np.asarray(v) for v in inputs], "note": note}
-    if error is not None:
-        c["error"] = error
-    else:
-        c["outputs"] = outputs
-    return c
+    return tf_case(OP, inputs, attrs, note)  # _common.run_tf runs the chain for a fused op
 
 
 def attrs_of(fmt="NHWC", clip=(0.0, 6.0), quantizer="FakeQuantWithMinMaxVars", num_bits=8, narrow_range=0,
