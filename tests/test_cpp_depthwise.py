@@ -99,6 +99,12 @@ def test_random_parity(dtype, fmt):
         ((1, 4, 140, 2), (3, 5, 2, 1), 3, (1, 2), "EXPLICIT", ((1, 2), (3, 1))),
         ((1, 3, 96, 1), (2, 4, 1, 3), 2, (2, 3), "VALID", None),
         ((1, 3, 64, 2), (3, 3, 2, 1), 2, (1, 1), "EXPLICIT", ((0, 1), (1, 2))),  # odd left padding, stride 2
+        # Planes narrower than one vector: every column takes the NCHW kernel's column tail (stride 2: phase
+        # stepping from an even and an odd start; 7 columns: the partial store of the last vector).
+        ((2, 14, 14, 5), (3, 3, 5, 1), 2, (1, 1), "EXPLICIT", ((0, 1), (0, 1))),
+        ((1, 7, 7, 3), (3, 3, 3, 2), 2, (1, 1), "SAME", None),
+        ((1, 7, 7, 4), (3, 3, 4, 1), 1, (1, 1), "SAME", None),
+        ((1, 6, 11, 2), (3, 3, 2, 1), 3, (1, 1), "EXPLICIT", ((2, 0), (1, 2))),
     ],
 )
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)

@@ -48,6 +48,17 @@ TFOPS_ALWAYS_INLINE typename Lanes<W>::Vec LoadW(const float* p) {
   return v;
 }
 
+// The first n (<= W) lanes of v to p: an inlined lane loop (a memcpy of a run-time size is a library
+// call, which cost more than the taps on MobileNetV2's 7- and 14-column planes).
+template <int W>
+TFOPS_ALWAYS_INLINE void StoreN(float* p, const typename Lanes<W>::Vec& v, i64 n) {
+  if (n == W) {
+    std::memcpy(p, &v, sizeof v);
+    return;
+  }
+  for (i64 l = 0; l < n; ++l) p[l] = v[l];
+}
+
 struct PaddedPlane {
   i64 rows = 0;       // padded rows
   i64 phase_len = 0;  // elements per phase row, with kMaxLanes of slack for the last vector
@@ -95,9 +106,12 @@ TFOPS_ALWAYS_INLINE void FillPlaneBody(const Geometry& g, const float* src, Padd
         std::memcpy(to_odd + c0 / 2, &o, sizeof o);
       }
     }
+    // The columns left: padded column pc = c + pad_left goes to phase pc % S, element pc / S, both
+    // stepped along (a division per element made small stride-2 planes 3x slower).
+    i64 phase = (c0 + g.pad_left) % S, index = (c0 + g.pad_left) / S;
     for (i64 c = c0; c < g.in_cols; ++c) {
-      const i64 pc = c + g.pad_left;
-      row[(pc % S) * p->phase_len + pc / S] = in[c];
+      row[phase * p->phase_len + index] = in[c];
+      if (++phase == S) phase = 0, ++index;
     }
   }
 }
@@ -133,7 +147,7 @@ TFOPS_ALWAYS_INLINE void PlaneOutputBody(const Geometry& g, const PaddedPlane& p
     }
   }
   for (i64 j = full; j < cols; j += W) {
-    const size_t bytes = static_cast<size_t>(std::min<i64>(W, cols - j)) * sizeof(float);
+    const i64 n = std::min<i64>(W, cols - j);
     i64 i = 0;
     for (; i + 4 <= g.out_rows; i += 4) {
       V a0 = {}, a1 = {}, a2 = {}, a3 = {};
@@ -146,16 +160,16 @@ TFOPS_ALWAYS_INLINE void PlaneOutputBody(const Geometry& g, const PaddedPlane& p
         a2 = a2 + w * LoadW<W>(x + 2 * row_step);
         a3 = a3 + w * LoadW<W>(x + 3 * row_step);
       }
-      std::memcpy(out + i * cols + j, &a0, bytes);
-      std::memcpy(out + (i + 1) * cols + j, &a1, bytes);
-      std::memcpy(out + (i + 2) * cols + j, &a2, bytes);
-      std::memcpy(out + (i + 3) * cols + j, &a3, bytes);
+      StoreN<W>(out + i * cols + j, a0, n);
+      StoreN<W>(out + (i + 1) * cols + j, a1, n);
+      StoreN<W>(out + (i + 2) * cols + j, a2, n);
+      StoreN<W>(out + (i + 3) * cols + j, a3, n);
     }
     for (; i < g.out_rows; ++i) {
       V a = {};
       const float* base = data + i * row_step + j;
       for (i64 t = 0; t < n_taps; ++t) a = a + taps[t] * LoadW<W>(base + offsets[t]);
-      std::memcpy(out + i * cols + j, &a, bytes);
+      StoreN<W>(out + i * cols + j, a, n);
     }
   }
 }
