@@ -194,6 +194,26 @@ def test_the_runner_names_the_case_that_crashes_or_hangs(tmp_path):
     assert side.restarts == 2
 
 
+@pytest.mark.tensorflow
+@pytest.mark.parametrize("op", [FQ, "FusedBatchNormClipFakeQuant"])
+def test_reproducers_run_both_sides(op, tmp_path):
+    """A printed reproducer, saved anywhere and run from the repository root, gives TF's and the library's
+    outputs (the fused op, which TF lacks, through TF's chain of the ops it fuses)."""
+    import subprocess
+
+    from tools.fuzz.generate import cases
+
+    case = next(c for c in cases(11) if c.op == op and c.note == "valid") if op != FQ else fake_quant_case((2, 2))
+    script = tmp_path / "repro.py"
+    script.write_text(reproducer(case))
+    done = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=base_env(), capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert any(line.startswith("TF: ") for line in lines), done.stdout
+    assert any(line.startswith("library: ") for line in lines), done.stdout
+
+
 # -------------------------------------------------------------------------------------------- campaign
 
 FAILING = ("mismatch", "crash_lib", "hang_lib", "harness_error", "crash_tf", "hang_tf", "tf_not_run")

@@ -166,20 +166,26 @@ def reproducer(case: Case, verdict=None) -> str:
     return f'''{header}
 import os, sys
 os.environ["TF_ENABLE_ONEDNN_OPTS"] = "0"  # TF's Eigen kernels, as the suite pins them
-sys.path.insert(0, "tests")
+sys.path[:0] = [".", "tests"]
 import ml_dtypes
 import numpy as np
 import tensorflow as tf
 from backends import BackendError, run_ort
+from ort_ops import get_spec
+from tools.goldens._fused_chain import run_chain
 
 op = {case.op!r}
 inputs = [
     {inputs},
 ]
 attrs = {case.attrs!r}
-names = [p.name for p in __import__("ort_ops").get_spec(op).inputs]
+spec = get_spec(op)
 try:
-    print("TF:", getattr(tf.raw_ops, op)(**{{n: tf.constant(x) for n, x in zip(names, inputs)}}, **attrs))
+    if spec.family == "fused":  # the project's own op: TF's chain of the ops it fuses
+        print("TF:", run_chain(op, inputs, attrs))
+    else:
+        names = [p.name for p in spec.inputs]
+        print("TF:", getattr(tf.raw_ops, op)(**{{n: tf.constant(x) for n, x in zip(names, inputs)}}, **attrs))
 except Exception as e:
     print("TF error:", e)
 try:
