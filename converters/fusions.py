@@ -40,8 +40,14 @@ def _str_attr(node, name, default):
     return value.decode() if isinstance(value, bytes) else value
 
 
-def _const(node):
-    return None if node is None or not node.is_const() else node.get_tensor_value(as_list=False)
+def constant_value(node):
+    """The value of ``node``'s output as a NumPy array if it is a constant, seen through Identity nodes
+    (a TF graph right after parsing still has them); else None."""
+    while node is not None and node.type == "Identity":
+        node = node.inputs[0]
+    if node is None or not node.is_const():
+        return None
+    return np.asarray(node.get_tensor_value(as_list=False))
 
 
 def only_consumer(g, output: str, node) -> bool:
@@ -90,9 +96,9 @@ def pad_into_depthwise_class():
             mode = _str_attr(pad, "mode", "constant")
             if padding not in ("VALID", "EXPLICIT") or mode != "constant" or len(pad.input) < 2:
                 return False
-            filt = _const(node.inputs[1])
-            pads = _const(pad.inputs[1])
-            value = _const(pad.inputs[2]) if len(pad.input) > 2 and pad.input[2] else np.zeros(1)
+            filt = constant_value(node.inputs[1])
+            pads = constant_value(pad.inputs[1])
+            value = constant_value(pad.inputs[2]) if len(pad.input) > 2 and pad.input[2] else np.zeros(1)
             if len(pad.input) > 3 or filt is None or pads is None or value is None:
                 return False
             if not np.all(np.isfinite(filt)) or np.any(value != 0) or pads.shape != (8,) or np.any(pads < 0):
@@ -128,7 +134,7 @@ def fold_batch_norm_class():
             producer = node.inputs[0]
             if producer is None or not only_consumer(g, node.input[0], node):
                 return False
-            params = [_const(n) for n in node.inputs[1:5]]
+            params = [constant_value(n) for n in node.inputs[1:5]]
             if any(p is None for p in params) or g.get_dtype(node.input[0]) != 1:  # float32 only
                 return False
             scale, offset, mean, var = (np.asarray(p, np.float32) for p in params)
@@ -142,8 +148,8 @@ def fold_batch_norm_class():
             return False
 
         def _into_conv(self, g, bn, conv, k, offset, mean):
-            w = _const(conv.inputs[1])
-            bias = _const(conv.inputs[2]) if len(conv.input) > 2 and conv.input[2] else np.zeros(w.shape[0], np.float32)
+            w = constant_value(conv.inputs[1])
+            bias = constant_value(conv.inputs[2]) if len(conv.input) > 2 and conv.input[2] else np.zeros(w.shape[0], np.float32)
             if w is None or bias is None or w.dtype != np.float32 or w.shape[0] != k.shape[0]:
                 return False
             new_w = g.make_const(conv.name + "__bn_folded_w", (w * k.reshape([-1] + [1] * (w.ndim - 1))).astype(np.float32))
@@ -153,7 +159,7 @@ def fold_batch_norm_class():
             return True
 
         def _into_depthwise(self, g, bn, dw, k, offset, mean, fmt):
-            f = _const(dw.inputs[1])
+            f = constant_value(dw.inputs[1])
             if f is None or f.dtype != np.float32 or f.shape[2] * f.shape[3] != k.shape[0]:
                 return False
             new_f = g.make_const(dw.name + "__bn_folded_filter", (f * k.reshape(f.shape[2], f.shape[3])).astype(np.float32))
@@ -187,7 +193,7 @@ def _clip_bounds(g, clip):
         bounds = []
         for i, default in ((1, -np.inf), (2, np.inf)):
             if len(clip.input) > i and clip.input[i]:
-                value = _const(clip.inputs[i])
+                value = constant_value(clip.inputs[i])
                 if value is None or np.size(value) != 1:
                     return None
                 bounds.append(np.float32(np.asarray(value).reshape(())))
@@ -212,7 +218,7 @@ def batch_norm_clip_fake_quant_class():
             if node.type == "FakeQuantWithMinMaxArgs":
                 rng = (np.float32(fq_attrs["min"]), np.float32(fq_attrs["max"]))
             else:
-                rng = (_const(node.inputs[1]), _const(node.inputs[2]))
+                rng = (constant_value(node.inputs[1]), constant_value(node.inputs[2]))
             if any(r is None or np.shape(r) != () for r in rng):
                 return False  # a range computed in the graph keeps its own node (and its own error messages)
             clip, bounds = None, (-np.inf, np.inf)

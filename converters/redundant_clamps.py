@@ -25,7 +25,7 @@ from onnx import TensorProto
 
 import ort_ops
 from converters.family import tf_attributes
-from converters.fusions import only_consumer
+from converters.fusions import constant_value, only_consumer
 from ort_ops.spec import OpError
 
 F32 = np.float32
@@ -65,15 +65,6 @@ def clamp_is_redundant(op_type: str, lo, hi, ranges: list, attrs: dict) -> bool:
     return np.array_equal(plain.view(np.uint32), clamped.view(np.uint32))
 
 
-def _constant(node):
-    """The value of ``node``'s output if it is a constant, seen through Identity nodes; else None."""
-    while node is not None and node.type == "Identity":
-        node = node.inputs[0]
-    if node is None or not node.is_const():
-        return None
-    return np.asarray(node.get_tensor_value(as_list=False))
-
-
 def drop_redundant_clamps(g) -> int:
     """Rewire each fake-quantizer of tf2onnx graph ``g`` (TF op types, before shielding) that reads a
     ReLU it makes redundant to the ReLU's input, and remove the ReLU. Returns how many were dropped."""
@@ -86,7 +77,7 @@ def drop_redundant_clamps(g) -> int:
             continue
         if not only_consumer(g, relu.output[0], node):
             continue
-        ranges = [_constant(n) for n in node.inputs[1:]]
+        ranges = [constant_value(n) for n in node.inputs[1:]]
         if any(r is None or r.dtype != F32 for r in ranges):
             continue
         spec = ort_ops.get_spec(node.type)
