@@ -13,6 +13,14 @@
   kernel computes the three ops' float32 operations in their order, so the model's bits do not move.
   The clip's bounds must be constants that its kernel compares as ONNX Runtime's Clip does: not NaN,
   in order, and not subnormal (the fused kernel compares under TF's denormals-are-zero mode).
+* ``MergeClips`` (always on, exact): a ``Clip`` whose input is another ``Clip`` that nothing else reads,
+  both with constant float32 bounds, becomes one ``Clip`` (tf2onnx's Relu6 before the standard lowering's
+  quantizer clamp, when the quantizer's range reaches below 0 or above 6 so that the ReLU cannot be
+  dropped, converters.redundant_clamps). ONNX Runtime's Clip only compares and selects (``v < lo ? lo : v``,
+  then ``hi < v ? hi : v``): a NaN passes, a value equal to a bound is kept. Two such clips with ordered,
+  overlapping bounds [a, b] then [c, d] select exactly what one clip with lo = (a < c ? c : a) and
+  hi = (d < b ? d : b) selects, the sign of a zero included (``merged_clip_bounds``); disjoint bounds make
+  the pair a constant and stay as they are. No bound may be NaN or subnormal (``_clip_bounds``).
 * ``FoldBatchNorm`` (``fold_batch_norm=True``, off by default): an inference-mode FusedBatchNorm node
   with constant statistics after a Conv or a depthwise node with a constant filter is folded into that
   filter (w * k per output channel, k = scale / sqrt(variance + epsilon)) and a bias
@@ -270,3 +278,39 @@ def batch_norm_clip_fake_quant_class():
             return True
 
     return BatchNormClipFakeQuant
+
+
+def merged_clip_bounds(inner, outer):
+    """The bounds of one Clip that selects what Clip(Clip(v, *inner), *outer) selects, for every v, or None
+    where the two ranges do not overlap. On ties (equal values, e.g. +0 and -0) the inner bound is the
+    one the pair returns: the outer clip keeps a value equal to its bound."""
+    (a, b), (c, d) = inner, outer
+    lo = c if a < c else a
+    hi = d if d < b else b
+    return (lo, hi) if lo <= hi else None
+
+
+def merge_clips_class():
+    class MergeClips(_Fusion, _optimizer_base()):
+        def rewrite(self, g, node) -> bool:
+            if node.type != "Clip" or node.domain not in ("", "ai.onnx") or g.opset < 11:
+                return False
+            inner = node.inputs[0]
+            if inner is None or inner.type != "Clip" or inner.domain not in ("", "ai.onnx"):
+                return False
+            inner_bounds, outer_bounds = _clip_bounds(g, inner), _clip_bounds(g, node)
+            if inner_bounds is None or outer_bounds is None or not only_consumer(g, inner.output[0], node):
+                return False
+            bounds = merged_clip_bounds(inner_bounds, outer_bounds)
+            if bounds is None:
+                return False
+            lo, hi = (g.make_const(f"{node.name}__{side}", np.array(v, np.float32)).output[0]
+                      for side, v in zip(("min", "max"), bounds))
+            output, shape, dtype = node.output[0], g.get_shape(node.output[0]), g.get_dtype(node.output[0])
+            source = inner.input[0]
+            g.remove_node(node.name)
+            g.remove_node(inner.name)
+            g.make_node("Clip", [source, lo, hi], outputs=[output], shapes=[shape], dtypes=[dtype], name=node.name)
+            return True
+
+    return MergeClips

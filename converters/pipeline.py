@@ -17,7 +17,12 @@ from converters.errors import ConversionError, LoweringError
 from converters.exact_outputs import EXACT_OUTPUTS_KEY, quantization_outputs
 from converters.family import FAMILY_OPS, shield_family_nodes, shielded_type
 from converters.gradients import gradient_handlers, shield_gradient_nodes
-from converters.fusions import batch_norm_clip_fake_quant_class, fold_batch_norm_class, pad_into_depthwise_class
+from converters.fusions import (
+    batch_norm_clip_fake_quant_class,
+    fold_batch_norm_class,
+    merge_clips_class,
+    pad_into_depthwise_class,
+)
 from converters.layout import optimizers as layout_optimizers
 from converters.linear_cost import linear_graph
 from converters.redundant_clamps import drop_redundant_clamps
@@ -99,6 +104,7 @@ def _optimize(g, fold_batch_norm: bool = False):
         passes["fold_batch_norm"] = fold_batch_norm_class()
     # After the folding: a batch norm folded into its convolution leaves nothing to fuse here.
     passes["batch_norm_clip_fake_quant"] = batch_norm_clip_fake_quant_class()
+    passes["merge_clips"] = merge_clips_class()
     backup = copy.deepcopy(g)
     try:
         with linear_graph(g, optimizing=True):

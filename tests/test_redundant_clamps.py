@@ -49,8 +49,9 @@ def convert_and_compare(fn, x, lowering, *extra_inputs):
     return model
 
 
+MERGED = "merged"  # kept, and in the standard lowering merged into the quantizer's Clip (converters.fusions)
 CASES = {
-    # name: (the graph, whether its ReLU is dropped)
+    # name: (the graph, whether its ReLU is dropped, or MERGED)
     "relu6, vars [0, 5.5]": (lambda x: tf.quantization.fake_quant_with_min_max_vars(tf.nn.relu6(x), 0.0, 5.5), True),
     "relu6, vars [0, 6] (nudged max is 6)": (
         lambda x: tf.quantization.fake_quant_with_min_max_vars(tf.nn.relu6(x), 0.0, 6.0), True),
@@ -61,9 +62,9 @@ CASES = {
         lambda x: tf.quantization.fake_quant_with_min_max_vars_per_channel(
             tf.nn.relu6(x), [0.0, 0.0, 0.0, 0.0], [6.0, 5.0, 2.5, 0.7]), True),
     "relu6, vars [-1, 6]: nudged min below 0": (
-        lambda x: tf.quantization.fake_quant_with_min_max_vars(tf.nn.relu6(x), -1.0, 6.0), False),
+        lambda x: tf.quantization.fake_quant_with_min_max_vars(tf.nn.relu6(x), -1.0, 6.0), MERGED),
     "relu6, vars [0, 6.5]: max above 6": (
-        lambda x: tf.quantization.fake_quant_with_min_max_vars(tf.nn.relu6(x), 0.0, 6.5), False),
+        lambda x: tf.quantization.fake_quant_with_min_max_vars(tf.nn.relu6(x), 0.0, 6.5), MERGED),
     "relu6, vars [0.3, 5]: min inside the clamp (nudged to 0)": (
         lambda x: tf.quantization.fake_quant_with_min_max_vars(tf.nn.relu6(x), 0.3, 5.0), True),
     "relu6, vars [0.01, 5], 2 bits: min nudged to 0 on a coarse grid": (
@@ -82,9 +83,11 @@ CASES = {
 @pytest.mark.parametrize("lowering", LOWERINGS)
 @pytest.mark.parametrize("case", list(CASES))
 def test_relu_before_a_quantizer(case, lowering):
-    fn, dropped = CASES[case]
+    fn, outcome = CASES[case]
     model = convert_and_compare(fn, probe_inputs(), lowering)
-    assert relu_count(model) == (0 if dropped else 1), [n.op_type for n in model.graph.node]
+    if outcome == MERGED:
+        outcome = lowering == "standard"  # the merged Clip carries the quantizer clamp's name
+    assert relu_count(model) == (0 if outcome else 1), [n.op_type for n in model.graph.node]
 
 
 @pytest.mark.parametrize("lowering", LOWERINGS)
@@ -119,3 +122,55 @@ def test_the_decision_against_every_float32_near_the_bounds():
         if redundant:
             assert same, (lo_q, hi_q, bits)
     assert decided[True] and decided[False], decided  # both answers were exercised
+
+
+def test_merged_clip_bounds_select_what_the_pair_selects():
+    """converters.fusions.merged_clip_bounds against ONNX Runtime's own Clip, bit for bit: every pair of ordered
+    bounds from a set with both zeros, infinities and ties, every input among specials and the bounds' neighbours.
+    A merge that picks the wrong zero on a tie, or merges disjoint ranges, fails here."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from converters.fusions import merged_clip_bounds
+
+    values = [-np.inf, -6.0, -1.0, -0.0, 0.0, 1.0, 6.0, np.inf]
+    pairs = [(a, b) for a in values for b in values if a <= b]
+    tiny = np.finfo(F32).tiny
+    x = np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, tiny / 3, -tiny / 3, 0.5, -0.5, 3.0, -3.0, 7.0, -7.0]
+                 + [v for v in values if np.isfinite(v)]
+                 + [np.nextafter(F32(v), F32(s)) for v in values if np.isfinite(v) for s in (-np.inf, np.inf)], F32)
+    nodes, outputs, initializers, expected_merges = [], [], [], 0
+    for i, inner in enumerate(pairs):
+        for j, outer in enumerate(pairs):
+            merged = merged_clip_bounds(inner, outer)
+            if merged is None:
+                assert max(inner[0], outer[0]) > min(inner[1], outer[1])  # only disjoint ranges stay unmerged
+                continue
+            expected_merges += 1
+            tag = f"{i}_{j}"
+            for name, v in (("a", inner[0]), ("b", inner[1]), ("c", outer[0]), ("d", outer[1]),
+                            ("lo", merged[0]), ("hi", merged[1])):
+                initializers.append(helper.make_tensor(f"{name}{tag}", TensorProto.FLOAT, [], [v]))
+            nodes += [helper.make_node("Clip", ["x", f"a{tag}", f"b{tag}"], [f"in{tag}"]),
+                      helper.make_node("Clip", [f"in{tag}", f"c{tag}", f"d{tag}"], [f"pair{tag}"]),
+                      helper.make_node("Clip", ["x", f"lo{tag}", f"hi{tag}"], [f"one{tag}"])]
+            outputs += [f"pair{tag}", f"one{tag}"]
+    graph = helper.make_graph(nodes, "clips", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [x.size])],
+                              [helper.make_tensor_value_info(o, TensorProto.FLOAT, [x.size]) for o in outputs],
+                              initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    onnx.checker.check_model(model)
+    got = run_onnx(model, {"x": x})
+    assert expected_merges > len(pairs)
+    for k in range(0, len(outputs), 2):
+        pair, one = got[outputs[k]], got[outputs[k + 1]]
+        np.testing.assert_array_equal(pair.view(np.uint32), one.view(np.uint32), err_msg=outputs[k])
+
+
+@pytest.mark.parametrize("low, high", [(-1.0, 6.0), (0.0, 6.5), (-0.7, 9.0)])
+def test_a_kept_relu6_merges_into_the_standard_quantizer_clamp(low, high):
+    """Where the ReLU6 must stay (the range reaches past [0, 6]), the standard lowering's quantizer clamp takes
+    its bounds instead of a second pass: one Clip in the graph, TF's bits on every probe."""
+    fn = lambda x: tf.quantization.fake_quant_with_min_max_vars(tf.nn.relu6(x), low, high)  # noqa: E731
+    model = convert_and_compare(fn, probe_inputs(), "standard")
+    assert [n.op_type for n in model.graph.node].count("Clip") == 1, [n.op_type for n in model.graph.node]
