@@ -48,8 +48,8 @@ TFOPS_ALWAYS_INLINE typename Lanes<W>::Vec LoadW(const float* p) {
   return v;
 }
 
-// The first n (<= W) lanes of v to p: an inlined lane loop (a memcpy of a run-time size is a library
-// call, which cost more than the taps on MobileNetV2's 7- and 14-column planes).
+// The first n (<= W) lanes of v to p: an inlined lane loop, where a memcpy of a run-time size is a library
+// call per row (measurably slower on MobileNetV2's 7-, 14- and 28-column planes).
 template <int W>
 TFOPS_ALWAYS_INLINE void StoreN(float* p, const typename Lanes<W>::Vec& v, i64 n) {
   if (n == W) {
@@ -107,7 +107,7 @@ TFOPS_ALWAYS_INLINE void FillPlaneBody(const Geometry& g, const float* src, Padd
       }
     }
     // The columns left: padded column pc = c + pad_left goes to phase pc % S, element pc / S, both
-    // stepped along (a division per element made small stride-2 planes 3x slower).
+    // stepped along (a division per element made MobileNetV2's 14x14 stride-2 planes twice as slow).
     i64 phase = (c0 + g.pad_left) % S, index = (c0 + g.pad_left) / S;
     for (i64 c = c0; c < g.in_cols; ++c) {
       row[phase * p->phase_len + index] = in[c];
