@@ -65,7 +65,7 @@ MAIN_SHAPE = (16, 56, 56, 128)
 QUICK_SHAPE = (2, 8, 8, 16)
 MOBILENET_LAYERS = [(112, 112, 32, 1), (56, 56, 144, 2), (14, 14, 576, 1), (7, 7, 960, 1)]  # H, W, C, stride
 MOBILENET_BATCHES = (1, 8, 64)
-MEMORY_BOUND = ("FakeQuant", "QuantizeAndDequantize")
+MEMORY_BOUND = ("FakeQuant", "QuantizeAndDequantize", "FusedBatchNormClipFakeQuant")  # op name prefixes
 
 
 @dataclasses.dataclass
@@ -81,8 +81,6 @@ class BenchCase:
     def goal(self) -> str:
         """'bandwidth' (>= 85% of copy and not slower than PyTorch) or 'torch' (not slower than PyTorch)."""
         if self.op.startswith(MEMORY_BOUND):
-            return "bandwidth"
-        if self.op == "FusedBatchNormClipFakeQuant":  # one read of x, one write of y
             return "bandwidth"
         if self.op.startswith("FusedBatchNorm") and "Grad" not in self.op and not self.attrs.get("is_training", True):
             return "bandwidth"

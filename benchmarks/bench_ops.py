@@ -149,29 +149,17 @@ def median_ms(fn: Callable, repeat: int) -> float:
 def tf_runner(case: Case):
     import tensorflow as tf
 
-    import ort_ops
+    from tools.goldens._fused_chain import tf_op  # a fused op: TF times the chain of ops it replaces
 
-    spec = ort_ops.get_spec(case.op)
-    names = [p.name for p in spec.inputs]
     attrs = dict(case.attrs)
     tensors = [tf.constant(a) for a in case.inputs]
-    if spec.family == "fused":  # TF has no such op: it runs the chain of ops the fused one replaces
-        from tools.goldens._fused_chain import chain
-
-        call = tf.function(lambda *args: chain(case.op, list(args), attrs))
-    else:
-        raw_op = getattr(tf.raw_ops, case.op)
-
-        @tf.function
-        def call(*args):
-            return raw_op(**dict(zip(names, args)), **attrs)
+    call = tf.function(lambda *args: tf_op(case.op, list(args), attrs))
 
     def run():
         return call(*tensors)
 
     def result():
-        out = run()
-        return [np.asarray(o) for o in (out if isinstance(out, (list, tuple)) else [out])]
+        return [np.asarray(o) for o in run()]
 
     return run, result
 

@@ -69,28 +69,22 @@ def tf_runner() -> Callable:
 
     from tools.fuzz.cases import ORACLE_OUTPUT_LIMIT, largest_output
     from tools.goldens._common import check_tf_mode, tf_error_message
-    from tools.goldens._fused_chain import run_chain
+    from tools.goldens._fused_chain import tf_op
 
     check_tf_mode(onednn=False)
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
-    import ort_ops
 
     def run(case):
         size = largest_output(case)
         if size > ORACLE_OUTPUT_LIMIT:
             return {"status": "skipped", "message": f"an output of {size} elements: TF would try to allocate it"}
-        spec = ort_ops.get_spec(case.op)
         try:
             # Tensors of the inputs' own types: raw ops would otherwise convert a NumPy array of the wrong
-            # type to the one they expect, which a graph never does.
-            if spec.family == "fused":  # the project's own op: TF's chain of the ops it fuses
-                return {"status": "ok", "outputs": run_chain(case.op, case.inputs, case.attrs)}
-            kwargs = {p.name: tf.constant(x) for p, x in zip(spec.inputs, case.inputs)}
-            out = getattr(tf.raw_ops, case.op)(**kwargs, **case.attrs)
+            # type to the one they expect, which a graph never does. A fused op runs TF's chain of its ops.
+            out = tf_op(case.op, [tf.constant(x) for x in case.inputs], case.attrs)
         except Exception as e:  # noqa: BLE001 - every way TF refuses an input is a rejection
             return {"status": "error", "message": tf_error_message(e)}
-        out = out if isinstance(out, (list, tuple)) else [out]
         return {"status": "ok", "outputs": [o.numpy() for o in out]}
 
     return run

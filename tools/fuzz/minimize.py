@@ -172,7 +172,7 @@ import numpy as np
 import tensorflow as tf
 from backends import BackendError, run_ort
 from ort_ops import get_spec
-from tools.goldens._fused_chain import run_chain
+from tools.goldens._fused_chain import tf_op
 
 op = {case.op!r}
 inputs = [
@@ -182,7 +182,7 @@ attrs = {case.attrs!r}
 spec = get_spec(op)
 try:
     if spec.family == "fused":  # the project's own op: TF's chain of the ops it fuses
-        print("TF:", run_chain(op, inputs, attrs))
+        print("TF:", tf_op(op, [tf.constant(x) for x in inputs], attrs))
     else:
         names = [p.name for p in spec.inputs]
         print("TF:", getattr(tf.raw_ops, op)(**{{n: tf.constant(x) for n, x in zip(names, inputs)}}, **attrs))

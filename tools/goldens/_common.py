@@ -16,8 +16,6 @@ os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
 import numpy as np  # noqa: E402
 
-import ort_ops  # noqa: E402
-
 
 def check_tf_mode(onednn: bool) -> None:
     """Stop a generator whose TF does not run the kernels it claims to record."""
@@ -35,23 +33,16 @@ def tf_error_message(exc) -> str:
 
 
 def run_tf(op: str, inputs, attrs: dict):
-    """(outputs, None) or (None, message) from ``tf.raw_ops.<op>`` called with the spec's input names; for a
-    fused op (TF has none), from TF's chain of the ops it fuses (``_fused_chain``)."""
+    """(outputs, None) or (None, message) from TF's computation of ``op`` (``_fused_chain.tf_op``: its raw op
+    called with the spec's input names, or for a fused op, which TF has none of, the chain of ops it fuses)."""
     import tensorflow as tf
 
-    from tools.goldens._fused_chain import run_chain
+    from tools.goldens._fused_chain import tf_op
 
-    spec = ort_ops.get_spec(op)
-    kwargs = {p.name: np.asarray(x) for p, x in zip(spec.inputs, inputs)}
-    kwargs.update(attrs)
     try:
-        if spec.family == "fused":
-            return run_chain(op, inputs, attrs), None
-        result = getattr(tf.raw_ops, op)(**kwargs)
+        result = tf_op(op, [np.asarray(x) for x in inputs], attrs)
     except (tf.errors.OpError, ValueError, TypeError) as e:
         return None, tf_error_message(e)
-    if not isinstance(result, (list, tuple)):
-        result = [result]
     return [np.asarray(r.numpy()) for r in result], None
 
 

@@ -1,6 +1,8 @@
 """TensorFlow's side of the fused ops (ort_ops/specs/fused.py), which TF has no op for: the chain of TF ops
-each one fuses, on NumPy inputs. The golden generator (gen_fused.py) and the fuzzer's oracle
-(tools/fuzz/child.py) both run it. TF's kernel set is the caller's to pin (TF_ENABLE_ONEDNN_OPTS).
+each one fuses. ``tf_op`` is TF's computation of any op of the domain (its raw op, or for a fused op its
+chain), which the golden generators (_common.run_tf), the fuzzer's oracle and reproducers (tools/fuzz/) and
+the CPU benchmark (benchmarks/bench_ops.py) all call. TF's kernel set is the caller's to pin
+(TF_ENABLE_ONEDNN_OPTS).
 """
 from __future__ import annotations
 
@@ -35,8 +37,16 @@ def chain(op: str, tensors, attrs: dict):
     return tf.raw_ops.FakeQuantWithMinMaxVars(inputs=y, min=mn, max=mx, **bits)
 
 
-def run_chain(op: str, inputs, attrs: dict) -> list:
-    """The outputs of ``op``'s chain as NumPy arrays; raises whatever TF raises for inputs it rejects."""
+def tf_op(op: str, values, attrs: dict) -> list:
+    """TF's outputs of domain op ``op`` (a list of tensors) on ``values`` in the spec's input order: tf.raw_ops.<op>
+    called with the spec's input names, or a fused op's chain. ``values`` are passed as they are (tensors, or
+    NumPy arrays that a raw op converts to the types it expects); a fused op's chain gets tensors."""
     import tensorflow as tf
 
-    return [chain(op, [tf.constant(np.asarray(v)) for v in inputs], attrs).numpy()]
+    import ort_ops
+
+    spec = ort_ops.get_spec(op)
+    if spec.family == "fused":
+        return [chain(op, [v if tf.is_tensor(v) else tf.constant(np.asarray(v)) for v in values], attrs)]
+    out = getattr(tf.raw_ops, op)(**{p.name: v for p, v in zip(spec.inputs, values)}, **attrs)
+    return list(out) if isinstance(out, (list, tuple)) else [out]
