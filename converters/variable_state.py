@@ -35,6 +35,8 @@ ASSIGN_OPS = ("AssignVariableOp", "AssignSubVariableOp", "AssignAddVariableOp")
 # How each assignment computes the new value from the old one (None: the assigned value itself).
 _UPDATE_OP = {"AssignVariableOp": None, "AssignSubVariableOp": "Sub", "AssignAddVariableOp": "AddV2"}
 _UPDATE_SUFFIX = "/variable_new_value"
+_ASSIGNED_SUFFIX = "/variable_assigned_value"
+_OLD_SUFFIX = "/variable_old_value"
 # Model metadata: comma-separated names of the variable-update outputs and of the trainable-variable inputs.
 VARIABLE_UPDATES_KEY = "converters.variable_update_outputs"
 TRAINABLE_INPUTS_KEY = "converters.trainable_inputs"
@@ -181,21 +183,22 @@ def freeze(concrete_func, input_names, output_names, variable_updates="warn", tr
         _fold_variable_shapes(graph_def, nodes, {n[:-2] for n in inputs[len(input_names):]})
 
     assign_names = {u.assign_node for u in updates}
-    new_value_of = {}
+    new_value_of, pending = {}, []
     for source, update in by_variable.values():
         assign = nodes[update.assign_node]
-        op = _UPDATE_OP[assign.op]
-        new_node = graph_def.node.add()
-        new_node.name = update.assign_node + _UPDATE_SUFFIX
-        if op is None:
-            new_node.op = "Identity"
-            new_node.input.append(assign.input[1])
-        else:
-            new_node.op = op
-            new_node.input.extend([source, assign.input[1]])
-        new_node.attr["T"].type = assign.attr["dtype"].type
-        update.new_value = new_node.name + ":0"
+        # The new value is computed after grappler (see _add_update_nodes); until then a placeholder stands in
+        # for it, and the assigned value (the delta of AssignSub/AssignAdd) is kept as a fetch of its own.
+        assigned = _add_node(graph_def, update.assign_node + _ASSIGNED_SUFFIX, "Identity", [assign.input[1]])
+        assigned.attr["T"].type = assign.attr["dtype"].type
+        stand_in = _add_node(graph_def, update.assign_node + _UPDATE_SUFFIX, "Placeholder", [])
+        stand_in.attr["dtype"].type = assign.attr["dtype"].type
+        stand_in.attr["shape"].shape.CopyFrom(nodes[source].attr["shape"].shape if nodes[source].op == "Placeholder"
+                                              else nodes[source].attr["value"].tensor.tensor_shape)
+        update.new_value = stand_in.name + ":0"
         new_value_of[update.assign_node] = update.new_value
+        old_value = type(nodes[source])()
+        old_value.CopyFrom(nodes[source])
+        pending.append((update, _UPDATE_OP[assign.op], assigned.name + ":0", old_value))
 
     # Reads TF orders after an assignment see the new value (tf2onnx's freezing gives the old one).
     for node in graph_def.node:
@@ -227,9 +230,56 @@ def freeze(concrete_func, input_names, output_names, variable_updates="warn", tr
             "variable_updates='outputs' / --variable-update-outputs to get each new value as an output): %s",
             len(updates), "; ".join(u.describe() for u in updates),
         )
+    stand_ins = [u.new_value for u, _, _, _ in pending]
+    fetches = outputs + [assigned for _, _, assigned, _ in pending if assigned not in outputs]
     with tf.Graph().as_default():
-        graph_def = tf_loader.tf_optimize(inputs, outputs, graph_def)
+        graph_def = tf_loader.tf_optimize(inputs + stand_ins, fetches, graph_def)
+    _add_update_nodes(graph_def, pending)
     return FrozenFunction(graph_def, inputs, outputs, renames, updates, trainable_values)
+
+
+def _add_node(graph_def, name, op, inputs):
+    node = graph_def.node.add()
+    node.name, node.op = name, op
+    node.input.extend(inputs)
+    return node
+
+
+def _add_update_nodes(graph_def, pending):
+    """Each variable's new value, computed after grappler as TF's assignment computes it.
+
+    Grappler's constant folding rewrites ``0 - d`` as ``Neg(d)`` and ``0 + d`` as ``d`` when the variable is a
+    constant of zeros (a freshly initialised bias, an optimizer slot), which turns TF's ``+0 - +0 = +0`` into
+    ``-0``; in TF itself the variable is a resource read, never folded. So the update node is added here,
+    after grappler, on a fresh copy of the variable's frozen value (or its graph input with
+    ``trainable_inputs``), and the placeholder that stood in for the new value becomes its Identity.
+    tf2onnx then folds a constant update with NumPy, which keeps IEEE signed zeros.
+    """
+    nodes = {n.name: n for n in graph_def.node}
+    for update, op, assigned, old_value in pending:
+        stand_in_name = _node_name(update.new_value)
+        dtype = nodes[stand_in_name].attr["dtype"].type if stand_in_name in nodes else old_value.attr["dtype"].type
+        if op is None:
+            value = assigned
+        else:
+            if old_value.op == "Placeholder":  # a trainable-variable input: the graph input itself
+                if old_value.name not in nodes:
+                    graph_def.node.add().CopyFrom(old_value)
+                old = old_value.name
+            else:
+                copy = graph_def.node.add()
+                copy.CopyFrom(old_value)
+                copy.name = update.assign_node + _OLD_SUFFIX
+                del copy.input[:]
+                old = copy.name
+            new = _add_node(graph_def, update.assign_node + "/variable_update", op, [old, assigned])
+            new.attr["T"].type = dtype
+            value = new.name
+        stand_in = nodes.get(stand_in_name) or graph_def.node.add()
+        stand_in.Clear()
+        stand_in.name, stand_in.op = stand_in_name, "Identity"
+        stand_in.input.append(value)
+        stand_in.attr["T"].type = dtype
 
 
 def _fold_variable_shapes(graph_def, nodes: dict, variable_inputs: set):

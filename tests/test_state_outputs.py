@@ -208,3 +208,55 @@ def test_three_sgd_steps_in_ort_follow_tf(lowering):
         np.testing.assert_allclose(weights[name], v.numpy(), rtol=1e-4, atol=1e-4 * moved, err_msg=name)
     np.testing.assert_allclose(losses_ort, losses_tf, rtol=1e-5)
     assert len(set(np.round(losses_tf, 6))) == 3
+
+
+class _SignedZeroUpdates(tf.Module):
+    """AssignSub and AssignAdd of variables that start at +0.0 and at -0.0, by three kinds of delta: a
+    constant (grappler folds the whole update), one computed from the input (the update stays a node), and
+    one that is zero by construction but not a constant (a sum of the input times 0, times a learning rate:
+    a bias gradient behind a loss that ignores it), which grappler's folding turns into ``Neg(delta)``."""
+
+    KINDS = ("const", "fed", "zero_sum")
+
+    def __init__(self, start):
+        super().__init__()
+        self.lr = tf.Variable(0.1, name="lr")
+        self.targets = {
+            f"{op}_{kind}": tf.Variable(np.full(4, start, np.float32), name=f"{op}_{kind}")
+            for op in ("sub", "add") for kind in self.KINDS
+        }
+
+    @tf.function(input_signature=[tf.TensorSpec([4], tf.float32, name="delta")])
+    def __call__(self, delta):
+        deltas = {
+            "const": tf.constant([0.0, -0.0, 1.5, -1.5], tf.float32),
+            "fed": delta * 1.0,
+            "zero_sum": tf.reduce_sum(tf.reshape(tf.abs(delta), [1, 4]) * 0.0, axis=0) * self.lr,
+        }
+        for kind, value in deltas.items():
+            self.targets[f"sub_{kind}"].assign_sub(value)
+            self.targets[f"add_{kind}"].assign_add(value)
+        return {"out": delta + 1.0}
+
+
+@pytest.mark.parametrize("lowering", converters.LOWERINGS)
+@pytest.mark.parametrize("start", [0.0, -0.0], ids=["plus_zero", "minus_zero"])
+def test_assign_sub_and_add_keep_tf_signed_zeros(lowering, start):
+    """TF computes v - d and v + d on the variable's value; 0 - (+0) is +0, not Neg(+0) = -0 (grappler's
+    rewrite of an update on a frozen zero variable, which the converter must not inherit)."""
+    module = _SignedZeroUpdates(start)
+    model = converters.from_concrete_function(module.__call__.get_concrete_function(), lowering=lowering,
+                                              variable_updates="outputs")
+    for delta in ([0.0, -0.0, 1.5, -1.5], [-0.0, 0.0, -0.0, 0.0]):
+        for v in module.targets.values():
+            v.assign(np.full(4, start, np.float32))
+        delta = np.array(delta, np.float32)
+        out = run_onnx(model, {"delta": delta})
+        module(tf.constant(delta))
+        for name, v in module.targets.items():
+            assert_bits_equal(v.numpy(), out[name], f"{name} start={start} delta={delta.tolist()}")
+    # The expected signs are not all the same, so a converter that got every sign wrong cannot pass.
+    target = module.targets["sub_const"]
+    target.assign(np.full(4, start, np.float32))
+    target.assign_sub([0.0, -0.0, 1.5, -1.5])
+    assert len(set(np.signbit(target.numpy()).tolist())) == 2
