@@ -24,6 +24,10 @@ stops the push, which costs two full copies of the tensor per node (issue 12).
     layout with the same per-element order, so the bits do not change);
 * the standard element-wise ops tf2onnx has no handler for (Floor, Round, Div, Where, comparisons ...).
 
+Before any of this, on the TF graph as tf2onnx parsed it, ``absorb_channel_transposes`` removes the
+Transpose pair Keras 3 puts around a per-channel FakeQuant (and its gradient) quantizing another axis than
+the last: the node takes the domain's ``axis`` instead, in both lowerings (see its docstring).
+
 Gradients whose outputs include sums over the tensor (FakeQuant*Gradient, QuantizeAndDequantizeV4Grad,
 FusedBatchNormGrad*) take the layout only when no node reads those sums (a saliency map reads only dx):
 a different order of the same sum changes its last bits. FakeQuantWithMinMaxVarsPerChannelGradient keeps
@@ -371,6 +375,106 @@ def _inverse(perm):
     for i, p in enumerate(perm):
         inv[p] = i
     return inv
+
+
+# ----- before the handlers: Transposes that only bring a per-channel quantizer's channel last -----
+
+PER_CHANNEL_OPS = ("FakeQuantWithMinMaxVarsPerChannel", "FakeQuantWithMinMaxVarsPerChannelGradient")
+
+
+def _constant_perm(node) -> "list | None":
+    """The perm of a TF Transpose node (tf2onnx's parse: the perm is input 1) when it is a constant."""
+    if node is None or node.type != "Transpose" or len(node.input) != 2:
+        return None
+    perm_node = node.inputs[1]
+    if perm_node is None or not perm_node.is_const():
+        return None
+    perm = [int(p) for p in perm_node.get_tensor_value(as_list=False).reshape(-1)]
+    return perm if sorted(perm) == list(range(len(perm))) else None
+
+
+def _inverse_transposes(g, output: str, perm) -> "list | None":
+    """The consumers of ``output`` when every one of them is a Transpose by the inverse of ``perm`` whose
+    result is no graph output (so it can be bypassed), else None."""
+    if output in g.outputs:
+        return None
+    consumers = g.find_output_consumers(output)
+    inverse = _inverse(perm)
+    for c in consumers:
+        if _constant_perm(c) != inverse or c.input[0] != output or c.output[0] in g.outputs:
+            return None
+    return consumers
+
+
+def keeps_sum_order(perm, shape) -> bool:
+    """Whether the per-channel gradient's sums add each channel's elements in the same order after the
+    Transpose ``perm`` (which puts the channel last) is replaced by the node's ``axis``.
+
+    TF views the transposed tensor as [N, d] and reduces each channel in the row-major order of its
+    leading dims, i.e. of x's dims ``perm[:-1]`` in that order; with ``axis`` the kernels take the rows in
+    the row-major order of x's own dims other than the channel (ort_ops' reference moves the axis last).
+    The orders agree when ``perm[:-1]`` is ascending once the dims known to be 1 are left out:
+    Keras' swap of axis and last dim keeps it for axis rank-2 (and every axis of a 2-D tensor), not for
+    axis 1 of a 4-D tensor."""
+    rows = [d for d in perm[:-1] if not (shape is not None and d < len(shape) and shape[d] == 1)]
+    return rows == sorted(rows)
+
+
+def absorb_channel_transposes(g, lowering: str) -> int:
+    """Remove the Transpose pair around each per-channel FakeQuant of tf2onnx graph ``g`` (TF op types,
+    before the family is shielded) by setting the node's ``axis`` instead. Returns how many nodes changed.
+
+    TF's FakeQuantWithMinMaxVarsPerChannel and its gradient quantize along the last dim only, so Keras 3's
+    ``keras.quantizers.fake_quant_with_min_max_vars(..., axis=a)`` swaps dim a with the last dim, quantizes
+    and swaps back; its gradient does the same around FakeQuantWithMinMaxVarsPerChannelGradient. The
+    domain's ops take an ``axis`` (ort_ops/specs/fake_quant.py, "the result is TF's op on the input
+    transposed so that axis is last, transposed back") and the standard lowering broadcasts its [d]
+    parameters along it, so the pair is two full copies of the tensor that change nothing: the node
+    reads the Transpose's input, takes ``axis = perm[-1]`` and its consumers, Transposes by the inverse
+    perm, are bypassed. This runs before the handlers because the standard lowering writes the
+    quantizer as broadcast arithmetic, where no single node could take the axis later, and because a
+    training step's Transpose of x feeds both the forward node and the gradient, a shared Transpose
+    that tf2onnx's push loop does not split for perms other than NCHW->NHWC.
+
+    Exact: the forward node and dx are element-wise per channel. The gradient's min/max sums add each
+    channel's elements in an order the layout decides; the custom kernels reproduce TF's order for the
+    layout they are given, so in the custom lowering a gradient whose sums are read changes only where
+    ``keeps_sum_order`` holds (the pair stays otherwise). The standard lowering sums with ReduceSum in
+    ONNX Runtime's own order in either layout, so there its sums are TF's only when the sum is exact in
+    any order, before and after this rewrite.
+    """
+    changed = 0
+    for node in list(g.get_nodes()):
+        if node.type not in PER_CHANNEL_OPS or node.get_attr("axis") is not None:
+            continue
+        gradient = node.type.endswith("Gradient")
+        tensor_inputs = (0, 1) if gradient else (0,)
+        transposes = [node.inputs[i] for i in tensor_inputs]
+        perms = [_constant_perm(t) for t in transposes]
+        perm = perms[0]
+        if perm is None or any(p != perm for p in perms):
+            continue
+        backs = _inverse_transposes(g, node.output[0], perm)
+        if backs is None:
+            continue
+        if gradient and lowering == "custom":
+            sums_read = any(g.find_output_consumers(o) or o in g.outputs for o in node.output[1:])
+            if sums_read and not keeps_sum_order(perm, g.get_shape(transposes[1].input[0])):
+                continue
+        for i, t in zip(tensor_inputs, transposes):
+            g.replace_input(node, node.input[i], t.input[0], i)
+        node.set_attr("axis", perm[-1])
+        for back in backs:
+            g.replace_all_inputs(back.output[0], node.output[0])
+            g.remove_node(back.name)
+        shape = g.get_shape(node.input[tensor_inputs[-1]])
+        if shape is not None:
+            g.set_shape(node.output[0], shape)
+        for t in set(transposes):
+            if not g.find_output_consumers(t.output[0]) and t.output[0] not in g.outputs:
+                g.remove_node(t.name)
+        changed += 1
+    return changed
 
 
 def optimizers() -> "OrderedDict":

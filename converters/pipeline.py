@@ -23,6 +23,7 @@ from converters.fusions import (
     merge_clips_class,
     pad_into_depthwise_class,
 )
+from converters.layout import absorb_channel_transposes
 from converters.layout import optimizers as layout_optimizers
 from converters.linear_cost import linear_graph
 from converters.redundant_clamps import drop_redundant_clamps
@@ -153,6 +154,7 @@ def convert_frozen_graph(
         for g in [main_g] + subgraphs:
             g.set_config(None, opset, extra_opset)
             drop_redundant_clamps(g)
+            absorb_channel_transposes(g, lowering)
             shield_family_nodes(g)
             shield_gradient_nodes(g)
         exact_outputs = quantization_outputs(tf_graph, output_names, tensors_to_rename)

@@ -285,30 +285,51 @@ def lower_vars_gradient(ctx, node):
     lw.emit(2, lw.where(both_zero, zero, dmax, F32))
 
 
-def _last_axis_only(lw: Lowering):
-    """The standard lowering runs in tf2onnx's handlers, on TF's nodes (which have no `axis`: the last dim),
-    before the layout optimizer could move a Transpose through a node and set another axis."""
-    if lw.attrs["axis"] != -1:
-        lw.fail(f"axis {lw.attrs['axis']}: the standard lowering quantizes along the last dim only (axis -1, TF's op)")
+def _channel_axis(lw: Lowering, x_index: int) -> int:
+    """How many dims of x follow its channel dim: 0 for TF's op (no `axis`, the last dim), more where
+    converters.layout.absorb_channel_transposes gave the node an axis instead of a Transpose pair. The
+    [d] parameters are then broadcast as [d, 1, ..., 1], the arithmetic is the same per element."""
+    axis = lw.attrs["axis"]
+    if axis == -1:
+        return 0
+    rank = lw.rank(x_index)
+    if rank is None:
+        lw.fail(f"axis {axis} needs the rank of the input, which is unknown at conversion time")
+    return rank - 1 - axis
+
+
+def _along_axis(lw: Lowering, v: str, trailing: int) -> str:
+    """A [d] tensor as [d, 1, ..., 1] with ``trailing`` ones (itself for 0)."""
+    return v if trailing == 0 else lw.reshape(v, [-1] + [1] * trailing)
+
+
+def _constant_along_axis(p: ConstantNudge, trailing: int) -> ConstantNudge:
+    """``_along_axis`` for the parameters computed at conversion time."""
+    if trailing:
+        for name in ("nudged_min", "nudged_max", "scale", "inv_scale", "quant_zero", "zero_range"):
+            v = getattr(p, name)
+            setattr(p, name, v.reshape(v.shape + (1,) * trailing))
+    return p
 
 
 def lower_vars_per_channel(ctx, node):
     lw = Lowering(ctx, node)
     lw.validate()
-    _last_axis_only(lw)
+    trailing = _channel_axis(lw, 0)
     qmin, qmax = _grid(lw)
     constant = _constant_range(lw, 1)
     lw.take_over()
     x, mn, mx = lw.inputs
     if constant is not None:
-        p = ConstantNudge(*constant, qmin, qmax)
+        p = _constant_along_axis(ConstantNudge(*constant, qmin, qmax), trailing)
         if np.all(p.zero_range):
             lw.emit(0, lw.zeros_like(x, F32))
             return
         if not np.any(p.zero_range) and p.lean_exact(False):
             lw.emit(0, _lean_forward(lw, x, p, False))
             return
-    # [d]-shaped parameters broadcast along the last axis of x, i.e. per column of TF's [N, d] view.
+    # [d]-shaped parameters broadcast along the channel axis of x (the last: per column of TF's [N, d] view).
+    mn, mx = _along_axis(lw, mn, trailing), _along_axis(lw, mx, trailing)
     n = nudge(lw, mn, mx, qmin, qmax)
     out = fake_quant(lw, x, n, divide=False)
     lw.emit(0, lw.where(_both_zero(lw, mn, mx), lw.const(0.0, F32), out, F32))
@@ -317,7 +338,8 @@ def lower_vars_per_channel(ctx, node):
 def lower_vars_per_channel_gradient(ctx, node):
     lw = Lowering(ctx, node)
     lw.validate()
-    _last_axis_only(lw)
+    trailing = _channel_axis(lw, 1)
+    rank = lw.rank(1)
     qmin, qmax = _grid(lw)
     constant = _constant_range(lw, 2)
     lw.take_over()
@@ -325,15 +347,23 @@ def lower_vars_per_channel_gradient(ctx, node):
     p = ConstantNudge(*constant, qmin, qmax) if constant is not None else None
     lean = p is not None and not np.any(p.zero_range)
     if lean:
-        bounds = [lw.const(b, F32) for b in _constant_daz_bounds(p)]
-        columns = lw.const([-1, p.nudged_min.shape[0]], np.int64)
+        bounds = [lw.const(b, F32) for b in _constant_daz_bounds(_constant_along_axis(p, trailing))]
     else:
-        n = nudge(lw, mn, mx, qmin, qmax)
+        n = nudge(lw, _along_axis(lw, mn, trailing), _along_axis(lw, mx, trailing), qmin, qmax)
         bounds = _daz_bounds(lw, n.nudged_min, n.nudged_max)
-        # Sum over TF's [N, d] view: flatten the leading dims and reduce axis 0.
-        columns = lw.op("Concat", lw.const([-1], np.int64), lw.op("Shape", mn), axis=0)
     dx, below, above = _lean_gradients(lw, raw_g, x, *bounds, with_range=True)
-    dmin, dmax = (lw.reduce("ReduceSum", lw.op("Reshape", v, columns), [0], False) for v in (below, above))
+    if trailing:
+        # The channel is dim rank-1-trailing: sum over every other dim (in ONNX Runtime's order, as the
+        # [N, d] form below is; see converters.layout.absorb_channel_transposes).
+        others = [i for i in range(rank) if i != rank - 1 - trailing]
+        dmin, dmax = (lw.reduce("ReduceSum", v, others, False) for v in (below, above))
+    else:
+        # Sum over TF's [N, d] view: flatten the leading dims and reduce axis 0.
+        if lean:
+            columns = lw.const([-1, p.nudged_min.shape[0]], np.int64)
+        else:
+            columns = lw.op("Concat", lw.const([-1], np.int64), lw.op("Shape", mn), axis=0)
+        dmin, dmax = (lw.reduce("ReduceSum", lw.op("Reshape", v, columns), [0], False) for v in (below, above))
     if lean:
         lw.emit(0, dx)
         lw.emit(1, dmin)
@@ -342,7 +372,7 @@ def lower_vars_per_channel_gradient(ctx, node):
     # A min == max == 0 range copies the gradient unflushed (TF's plain Eigen copy does no arithmetic).
     both_zero = _both_zero(lw, mn, mx)
     zero = lw.const(0.0, F32)
-    lw.emit(0, lw.where(both_zero, raw_g, dx, F32))
+    lw.emit(0, lw.where(_along_axis(lw, both_zero, trailing), raw_g, dx, F32))
     lw.emit(1, lw.where(both_zero, zero, dmin, F32))
     lw.emit(2, lw.where(both_zero, zero, dmax, F32))
 
