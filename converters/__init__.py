@@ -11,7 +11,14 @@ Every model has ``ir_version = ort_ops.IR_VERSION``; conversion fails with
 ``UnconvertedOpsError`` rather than leaving a TF op behind.
 """
 from converters.errors import ConversionError, LoweringError, UnconvertedOpsError
-from converters.frontends import from_concrete_function, from_function, from_graph_def, from_keras, from_saved_model
+from converters.frontends import (
+    from_concrete_function,
+    from_function,
+    from_graph_def,
+    from_keras,
+    from_keras_train_step,
+    from_saved_model,
+)
 from converters.pipeline import DEFAULT_OPSET, LOWERINGS, convert_frozen_graph
 from converters.verification import (
     OutputCheck,
@@ -33,6 +40,7 @@ __all__ = [
     "from_function",
     "from_graph_def",
     "from_keras",
+    "from_keras_train_step",
     "from_saved_model",
     "OutputCheck",
     "VerifyReport",

@@ -2,18 +2,35 @@
 
   python -m converters --saved-model DIR [--signature-key K] [--tag T] --output OUT.onnx
   python -m converters --graphdef FILE.pb --inputs a:0,b:0 --outputs y:0 --output OUT.onnx
-  python -m converters --keras FILE.keras --output OUT.onnx
-  common: --opset N (17) --lowering custom|standard --verify [--seed S]
+  python -m converters --keras FILE.keras|FILE.h5|EXPORT_DIR --output OUT.onnx [--batch-size N] [--import MODULE]
+  python -m converters --keras FILE.keras --train-step --loss NAME [--from-logits]
+                       [--optimizer NAME --learning-rate LR] --output STEP.onnx
+  common: --opset N (17) --lowering custom|standard --debug
+  verification: --verify [--seed S] [--verify-rtol R] [--verify-sum-rtol R] [--verify-json FILE] [--no-tf-spread]
   state (SavedModel and Keras sources): --variable-update-outputs --trainable-inputs
 
-Exit status: 0 on success; 1 when conversion fails (unconverted ops are listed one per line);
-2 for bad arguments; 3 when --verify finds an output outside its tolerance.
+Keras files are loaded by the Keras that wrote them (Keras 3, TF's default ``keras``, or tf_keras), which the
+output names; a directory is a SavedModel (Keras 3's model.export, tf_keras's SavedModel format).
+
+--verify runs TF with its Eigen kernels (it sets TF_ENABLE_ONEDNN_OPTS=0 before importing TF) and ONNX Runtime
+on seeded random inputs, and prints one row per output: identical bits, max error, the bound it was judged against
+(bit for bit for quantization and integer outputs; rtol*|tf| for floats; rtol*|tf| + sum_rtol*Σ|terms| for sums,
+gradients and convolutions, converters.verification), TF's own spread (max |Eigen - oneDNN|, from TF's oneDNN
+kernels in a child process; --no-tf-spread skips it) and the verdict. --verify-json FILE writes the same report
+as JSON.
+
+Errors are one line on stderr (``error: ...``, saying what failed and what to do); --debug adds the traceback.
+Exit status: 0 on success; 1 when conversion fails (the model cannot be loaded or converted; unconverted ops
+are listed one per line; an unexpected error is reported as a bug); 2 for bad arguments; 3 when --verify
+finds an output outside its tolerance.
 """
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
+import traceback
 
 EXIT_CONVERSION_FAILED = 1
 EXIT_VERIFY_FAILED = 3
@@ -24,7 +41,11 @@ def parse_args(argv=None):
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--saved-model", metavar="DIR", help="SavedModel directory")
     source.add_argument("--graphdef", metavar="FILE.pb", help="frozen or unfrozen GraphDef; needs --inputs/--outputs")
-    source.add_argument("--keras", metavar="FILE", help="Keras model file (.keras or .h5), loaded with tf_keras")
+    source.add_argument(
+        "--keras", metavar="FILE",
+        help="Keras model file (.keras or .h5, Keras 3 or tf_keras: loaded by the Keras that wrote it), or the "
+        "directory of Keras 3's model.export / tf_keras's SavedModel",
+    )
     p.add_argument("--signature-key", default="serving_default", help="SavedModel signature (default serving_default)")
     p.add_argument("--tag", default=None, help="SavedModel tag set, comma separated (default: serve)")
     p.add_argument("--inputs", help="GraphDef input tensor names, comma separated (a:0,b:0)")
@@ -47,13 +68,49 @@ def parse_args(argv=None):
         help="fold inference-mode batch norms with constant statistics into the preceding convolution (custom "
         "lowering): faster, but not bit-exact (quantized outputs may move by a grid step)",
     )
-    p.add_argument("--verify", action="store_true", help="run TF and ONNX Runtime on seeded random inputs and compare")
-    p.add_argument("--seed", type=int, default=0, help="seed of the --verify inputs")
+    keras = p.add_argument_group("Keras sources")
+    keras.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                       help="import MODULE first (it registers the model's custom layers); may be repeated")
+    keras.add_argument("--batch-size", type=int, default=None,
+                       help="fix the batch dimension (default: left free, whatever the model was built with)")
+    keras.add_argument("--train-step", action="store_true",
+                       help="convert one training step (inputs, labels -> loss and grad_<variable> for every "
+                       "trainable variable, training=True) instead of inference; needs --loss")
+    keras.add_argument("--loss", help="Keras loss name for --train-step, e.g. sparse_categorical_crossentropy")
+    keras.add_argument("--from-logits", action="store_true", help="the model outputs logits (for --loss)")
+    keras.add_argument("--optimizer", help="Keras optimizer name (sgd, adam, ...): the step also applies it")
+    keras.add_argument("--learning-rate", type=float, default=None, help="the optimizer's learning rate")
+    p.add_argument("--debug", action="store_true", help="print the traceback of an error")
+    verify = p.add_argument_group("verification")
+    verify.add_argument("--verify", action="store_true",
+                        help="run TF (its Eigen kernels) and ONNX Runtime on seeded random inputs and judge every output")
+    verify.add_argument("--seed", type=int, default=0, help="seed of the --verify inputs")
+    verify.add_argument("--verify-rtol", type=float, default=None, metavar="R",
+                        help="relative tolerance of float outputs (default: a few ulps of the type, 1e-5 for float32)")
+    verify.add_argument("--verify-sum-rtol", type=float, default=None, metavar="R",
+                        help="tolerance of sums, times the magnitude of what was summed (default 1e-5 for float32)")
+    verify.add_argument("--verify-json", metavar="FILE", default=None, help="also write the --verify report as JSON")
+    verify.add_argument("--no-tf-spread", action="store_true",
+                        help="skip TF's oneDNN run (a child process) that measures TF's own spread for --verify")
     args = p.parse_args(argv)
+    verify_only = [flag for flag, value in (("--verify-rtol", args.verify_rtol is not None),
+                                            ("--verify-sum-rtol", args.verify_sum_rtol is not None),
+                                            ("--verify-json", args.verify_json), ("--no-tf-spread", args.no_tf_spread))
+                   if value]
+    if verify_only and not args.verify:
+        p.error(f"{', '.join(verify_only)} apply to --verify")
     if args.graphdef and not (args.inputs and args.outputs):
         p.error("--graphdef needs --inputs and --outputs")
     if args.graphdef and (args.variable_update_outputs or args.trainable_inputs):
         p.error("--variable-update-outputs and --trainable-inputs need a SavedModel or Keras source (a GraphDef has no variables)")
+    keras_only = [flag for flag, value in (("--batch-size", args.batch_size), ("--train-step", args.train_step),
+                                           ("--loss", args.loss), ("--optimizer", args.optimizer)) if value]
+    if keras_only and not args.keras:
+        p.error(f"{', '.join(keras_only)} apply to a --keras source")
+    if args.train_step and not args.loss:
+        p.error("--train-step needs --loss (a Keras loss name, e.g. sparse_categorical_crossentropy --from-logits)")
+    if (args.loss or args.optimizer) and not args.train_step:
+        p.error("--loss and --optimizer apply to --train-step")
     return args
 
 
@@ -61,10 +118,30 @@ def _split(names):
     return [n.strip() for n in names.split(",") if n.strip()]
 
 
-def _load_keras(path):
-    import tf_keras
+def _convert_keras(args, common, state):
+    """(ONNX model, the TF function --verify runs, what keeps it alive) for a --keras source."""
+    import converters
+    from converters.keras_models import describe_keras, load_keras_file, training_step_function
 
-    return tf_keras.models.load_model(path, compile=False)
+    for module in args.imports:
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            raise converters.ConversionError(f"--import {module}: {e}") from e
+    if os.path.isdir(args.keras):
+        if args.train_step:
+            raise converters.ConversionError(
+                f"{args.keras} is a SavedModel directory, which keeps no Keras model to train: use the .keras file, "
+                "or --saved-model with --signature-key of a training-step signature")
+        print(f"{args.keras} is a SavedModel directory: converting its serving_default signature")
+        return converters.from_saved_model(args.keras, **common, **state), None, None
+    keras_model, flavour = load_keras_file(args.keras)
+    print(f"loaded {args.keras} with {describe_keras(flavour)}: model {keras_model.name!r}")
+    if not args.train_step:
+        return converters.from_keras(keras_model, batch_size=args.batch_size, **common, **state), keras_model, None
+    concrete, holder = training_step_function(keras_model, args.loss, args.optimizer, args.learning_rate,
+                                              args.from_logits, batch_size=args.batch_size)
+    return converters.from_concrete_function(concrete, **common, **state), concrete, holder
 
 
 def _variable_update_names(model):
@@ -89,7 +166,15 @@ def _without_extra_outputs(model, names):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.verify:  # before TF's import: --verify judges against TF's Eigen kernels (converters.verification)
+        os.environ["TF_ENABLE_ONEDNN_OPTS"] = "0"
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    # TF's Eigen kernels, which the project's exactness claims are made against (TF's default turns oneDNN on
+    # for AVX-512 CPUs); TF reads this once, at import. --verify reports the kernel set it ran.
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+    from converters.quiet_tf import import_tensorflow_quietly
+
+    import_tensorflow_quietly()
     import converters
     from converters.errors import ConversionError, UnconvertedOpsError
 
@@ -97,7 +182,7 @@ def main(argv=None) -> int:
     if args.fold_batch_norm:
         common["fold_batch_norm"] = True
     state = dict(variable_updates="outputs" if args.variable_update_outputs else "warn", trainable_inputs=args.trainable_inputs)
-    keras_model = None
+    keras_model = keep_alive = None
     try:
         if args.saved_model:
             model = converters.from_saved_model(
@@ -106,15 +191,25 @@ def main(argv=None) -> int:
         elif args.graphdef:
             model = converters.from_graph_def(args.graphdef, _split(args.inputs), _split(args.outputs), **common)
         else:
-            keras_model = _load_keras(args.keras)
-            model = converters.from_keras(keras_model, **common, **state)
+            model, keras_model, keep_alive = _convert_keras(args, common, state)
     except UnconvertedOpsError as e:
+        if args.debug:
+            traceback.print_exc()
         print(f"error: {len(e.ops)} TensorFlow op(s) could not be converted:", file=sys.stderr)
         for op_type, name in e.ops:
             print(f"  {op_type}: {name}", file=sys.stderr)
         return EXIT_CONVERSION_FAILED
     except ConversionError as e:
+        if args.debug:
+            traceback.print_exc()
         print(f"error: {e}", file=sys.stderr)
+        return EXIT_CONVERSION_FAILED
+    except Exception as e:  # a bug of ours or of a library under us: one line, the traceback on request
+        if args.debug:
+            traceback.print_exc()
+        first = (str(e).strip().splitlines() or [""])[0][:300]
+        print(f"error: unexpected {type(e).__name__} while converting: {first} (a bug in converters: rerun with "
+              "--debug and report the traceback)", file=sys.stderr)
         return EXIT_CONVERSION_FAILED
     print(f"wrote {args.output} (lowering={args.lowering}, opset={args.opset}, {len(model.graph.node)} nodes)")
 
@@ -124,13 +219,20 @@ def main(argv=None) -> int:
         # TF's function returns only its own outputs; the new variable values are checked by the tests
         # (tests/test_state_outputs.py), --verify compares the function's outputs.
         model = _without_extra_outputs(model, _variable_update_names(model))
+    options = dict(seed=args.seed, rtol=args.verify_rtol, sum_rtol=args.verify_sum_rtol, spread=not args.no_tf_spread,
+                   json_path=args.verify_json)
     if args.saved_model:
         tags = None if args.tag is None else _split(args.tag)
-        report = converters.verify_saved_model(args.saved_model, model, args.signature_key, tags, seed=args.seed)
+        report = converters.verify_saved_model(args.saved_model, model, args.signature_key, tags, **options)
     elif args.graphdef:
-        report = converters.verify_graph_def(args.graphdef, _split(args.inputs), _split(args.outputs), model, seed=args.seed)
-    else:
-        report = converters.verify_keras(keras_model, model, seed=args.seed)
+        report = converters.verify_graph_def(args.graphdef, _split(args.inputs), _split(args.outputs), model, **options)
+    elif keras_model is None:  # a SavedModel directory given as --keras
+        report = converters.verify_saved_model(args.keras, model, **options)
+    else:  # the Keras model (inference) or the training step's ConcreteFunction (frozen for TF's oneDNN child)
+        report = converters.verify_keras(keras_model, model, **options)
+    del keep_alive
+    if args.verify_json:
+        print(f"wrote the verification report to {args.verify_json}")
     return 0 if report.ok else EXIT_VERIFY_FAILED
 
 

@@ -1,4 +1,4 @@
-"""The four ways in: a tf.function, a Keras model, a SavedModel, a GraphDef.
+"""The four ways in: a tf.function, a Keras model (Keras 3 or tf_keras; converters.keras_models), a SavedModel, a GraphDef.
 
 Each one freezes its graph with tf2onnx's loaders (variables become constants, grappler's
 constant folding runs) and hands the frozen GraphDef to converters.pipeline.
@@ -9,9 +9,14 @@ import os
 import tempfile
 from typing import Optional, Sequence
 
+import logging
+
 import onnx
 
+from converters.errors import ConversionError
 from converters.pipeline import DEFAULT_OPSET, convert_frozen_graph
+
+logger = logging.getLogger(__name__)
 
 
 def _structured_renames(concrete_func, input_names, output_names) -> dict:
@@ -104,24 +109,79 @@ def from_function(fn, input_signature, lowering="custom", opset=DEFAULT_OPSET, o
     return from_concrete_function(concrete, lowering=lowering, opset=opset, output_path=output_path, **kw)
 
 
-def keras_concrete_function(model, input_signature=None):
-    """The inference-mode (training=False) concrete function of a Keras model."""
-    import tensorflow as tf
+def keras_concrete_function(model, input_signature=None, batch_size=None):
+    """The inference-mode (training=False) concrete function of a Keras model (Keras 3 or tf_keras)."""
+    from converters.keras_models import inference_function
 
-    if input_signature is None:
-        input_signature = [tf.TensorSpec(t.shape, t.dtype, name=t.name.split(":")[0]) for t in model.inputs]
-
-    @tf.function(input_signature=input_signature)
-    def keras_inference(*args):
-        return model(args[0] if len(args) == 1 else list(args), training=False)
-
-    return keras_inference.get_concrete_function()
+    return inference_function(model, input_signature, batch_size)
 
 
-def from_keras(model, input_signature=None, lowering="custom", opset=DEFAULT_OPSET, output_path=None, **kw) -> onnx.ModelProto:
-    """Convert a Keras model in inference mode (tf_keras's fused BatchNormalization -> FusedBatchNormV3)."""
-    concrete = keras_concrete_function(model, input_signature)
+def from_keras(model, input_signature=None, lowering="custom", opset=DEFAULT_OPSET, output_path=None, batch_size=None,
+               custom_objects=None, **kw) -> onnx.ModelProto:
+    """Convert a Keras model in inference mode (``training=False``).
+
+    ``model``: a Keras 3 model (``import keras``, TF's default Keras) or a tf_keras model, or the path of a file
+    either Keras wrote with ``model.save`` (``.keras``, ``.h5``: loaded by the Keras that wrote it, with
+    ``custom_objects``), or a SavedModel directory (``model.export(dir)`` of Keras 3, tf_keras's SavedModel
+    format: its ``serving_default`` signature is converted).
+
+    Inputs: ``input_signature`` (a list of tf.TensorSpec) when given, else ``model.inputs`` with the batch
+    dimension free (``batch_size=N`` fixes it); a model whose inputs are unknown (a Sequential never built, a
+    subclassed model) raises ConversionError asking for ``input_signature``. Keras 3's unnamed inputs are
+    called ``input`` (``input_K`` for several).
+
+    What the layers become: tf_keras's BatchNormalization is TF's FusedBatchNormV3 (one batch-norm node);
+    Keras 3's is plain arithmetic (Mul/Add/Rsqrt), which tf2onnx converts as it is. Both Kerases'
+    DepthwiseConv2D are DepthwiseConv2dNative, and fake quantization (tfmot, ``keras.quantizers``) is
+    TF's FakeQuant ops. Takes from_concrete_function's ``variable_updates`` and ``trainable_inputs``.
+    """
+    from converters.keras_models import describe_keras, keras_of_model, load_keras_file
+
+    if isinstance(model, (str, os.PathLike)):
+        path = str(model)
+        if os.path.isdir(path):
+            if input_signature is not None or batch_size is not None:
+                raise ConversionError("a SavedModel directory keeps its own signature: input_signature and batch_size "
+                                      "apply to a Keras model or file")
+            return from_saved_model(path, lowering=lowering, opset=opset, output_path=output_path, **kw)
+        model, flavour = load_keras_file(path, custom_objects)
+    else:
+        flavour = keras_of_model(model)
+        if flavour is None:
+            raise ConversionError(f"from_keras expects a Keras model or a Keras file, got {type(model).__name__}")
+    logger.info("converting %s model %r", describe_keras(flavour), model.name)
+    concrete = keras_concrete_function(model, input_signature, batch_size)
+    kw.setdefault("name", model.name)
     return from_concrete_function(concrete, lowering=lowering, opset=opset, output_path=output_path, trackable=model, **kw)
+
+
+def from_keras_train_step(model, loss, optimizer=None, learning_rate=None, from_logits=False, input_signature=None,
+                          labels_signature=None, batch_size=None, lowering="custom", opset=DEFAULT_OPSET,
+                          output_path=None, custom_objects=None, **kw) -> onnx.ModelProto:
+    """Convert one training step of a Keras model (either Keras, or a ``.keras`` / ``.h5`` file): inputs and
+    ``labels`` -> ``loss`` and ``grad_<variable>`` for every trainable variable, with ``training=True``.
+
+    ``loss``: a Keras loss name (``"sparse_categorical_crossentropy"``, with ``from_logits=True`` for a model
+    that outputs logits), object or function. ``optimizer`` (a name with ``learning_rate``, or a Keras
+    optimizer): the step also applies the gradients; pass ``variable_updates="outputs"`` to get every
+    variable it assigns (weights, optimizer slots and iterations, batch-norm moving statistics, trainable
+    ranges) as an extra output. Labels: ``[batch]`` int32 for a sparse loss, else the model output's shape,
+    or ``labels_signature``.
+    """
+    from converters.keras_models import load_keras_file, training_step_function
+
+    if isinstance(model, (str, os.PathLike)):
+        if os.path.isdir(str(model)):
+            raise ConversionError(f"{model} is a SavedModel directory, which keeps no Keras model to train: convert "
+                                  "a training step from the .keras/.h5 file, or from a SavedModel signature that "
+                                  "is one (from_saved_model(path, signature_key=...))")
+        model, _ = load_keras_file(model, custom_objects)
+    concrete, holder = training_step_function(model, loss, optimizer, learning_rate, from_logits, input_signature,
+                                              labels_signature, batch_size)
+    kw.setdefault("name", f"{model.name}_train_step")
+    onnx_model = from_concrete_function(concrete, lowering=lowering, opset=opset, output_path=output_path, **kw)
+    del holder
+    return onnx_model
 
 
 def load_signature(path, signature_key="serving_default", tags=None):
