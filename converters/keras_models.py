@@ -125,6 +125,13 @@ def load_keras_file(path, custom_objects=None):
     return model, flavour
 
 
+def _reason(e: Exception) -> str:
+    """The line of an exception's message that says what went wrong (tf.function prefixes "in user code:" and
+    a traceback; the cause is the last line)."""
+    lines = [line.strip() for line in str(e).strip().splitlines() if line.strip()]
+    return f"{type(e).__name__}: {lines[-1][:300] if lines else ''}"
+
+
 def _declared_inputs(model):
     try:
         inputs = model.inputs
@@ -201,7 +208,7 @@ def inference_function(model, input_signature=None, batch_size: Optional[int] = 
         return keras_inference.get_concrete_function()
     except Exception as e:
         raise ConversionError(
-            f"calling Keras model {model.name!r} on {signature} failed: {type(e).__name__}: {str(e).strip()[:300]}; "
+            f"calling Keras model {model.name!r} on {signature} failed: {_reason(e)}; "
             f"pass an input_signature that matches the model ({SIGNATURE_EXAMPLE})"
         ) from e
 
@@ -352,5 +359,5 @@ def training_step_function(model, loss, optimizer=None, learning_rate=None, from
         raise
     except Exception as e:
         raise ConversionError(
-            f"tracing the training step of {model.name!r} failed: {type(e).__name__}: {str(e).strip()[:300]}"
+            f"tracing the training step of {model.name!r} failed: {_reason(e)}"
         ) from e
