@@ -13,6 +13,7 @@ from typing import Callable, Dict, Optional, Sequence
 import onnx
 
 from converters.completeness import check_fully_converted
+from converters import float8
 from converters.errors import ConversionError, LoweringError
 from converters.exact_outputs import EXACT_OUTPUTS_KEY, quantization_outputs
 from converters.family import FAMILY_OPS, shield_family_nodes, shielded_type
@@ -144,13 +145,14 @@ def convert_frozen_graph(
 
     failures: list = []
     handlers = _family_handlers(lowering, failures)
+    handlers.update(float8.cast_handlers(failures))
     extra_opset = [utils.make_opsetid(DOMAIN, OPSET_VERSION)] if lowering == "custom" else []
     opset = utils.find_opset(opset)
 
     tf_loader.clear_functions()
     with tf.device("/cpu:0"), tf.Graph().as_default() as tf_graph:
         tf.import_graph_def(frozen_graph, name="")
-        main_g, subgraphs = graphs_from_tf(tf_graph, list(input_names), list(output_names), shape_override)
+        main_g, subgraphs = float8.graphs_from_tf(tf_graph, opset, list(input_names), list(output_names), shape_override)
         for g in [main_g] + subgraphs:
             g.set_config(None, opset, extra_opset)
             drop_redundant_clamps(g)
@@ -168,7 +170,7 @@ def convert_frozen_graph(
                 raise failures[0]
             with linear_graph(g):
                 g = _optimize(g, fold_batch_norm)
-                model = g.make_model(f"converted from {name} by converters (tf2onnx, lowering={lowering})")
+                model = float8.make_model(g, f"converted from {name} by converters (tf2onnx, lowering={lowering})")
 
     # tf2onnx stamps the IR version it associates with the opset; ONNX Runtime needs ours.
     model.ir_version = IR_VERSION
