@@ -15,6 +15,12 @@
   training step (see that module for what it covers beyond the tfmot models).
 - qdq: quantize_and_dequantize (V2/V3/V4 ops) in several configurations and the V4 gradient (tfmot
   does not use these ops).
+- keras3_qat: a small Keras 3 (``import keras``) CNN quantized with Keras 3's own keras.quantizers
+  (8-bit activations, 4-bit narrow-range per-channel weights, all ranges trainable), models/keras3_qat.py,
+  after 20 steps of its Keras 3 SGD optimizer (momentum 0.9). Signatures: serving_default (images
+  [batch, 32, 32, 3] -> logits), train_step (images [8, 32, 32, 3], labels [8] -> loss and every gradient;
+  the optimizer then assigns the weights, ranges, momentum slots and its iteration count, and batch norm
+  the moving statistics), saliency (images -> logits and d(top class score)/d(images)).
 
 The ONNX files next to them are written by ``python -m models.run_all``.
 """
@@ -32,7 +38,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tf_keras  # noqa: E402
 
-from models import qat_network, tfmot_models  # noqa: E402
+from models import keras3_qat, qat_network, tfmot_models  # noqa: E402
 
 MODELS_DIR = Path(__file__).resolve().parent
 SEED = 1234
@@ -180,12 +186,18 @@ def make_qdq():
     save(module, "qdq", {"serving_default": module.serve})
 
 
+def make_keras3_qat():
+    graphs = keras3_qat.trained_graphs()
+    save(graphs, "keras3_qat", graphs.signatures())
+
+
 MAKERS = {
     "mobilenet_v2_qat": make_mobilenet_v2_qat,
     "mobilenet_v2_float": make_mobilenet_v2_float,
     "fourbit_cnn": make_fourbit_cnn,
     "cnn_train_step_float": make_cnn_train_step_float,
     "qdq": make_qdq,
+    "keras3_qat": make_keras3_qat,
 }
 
 
