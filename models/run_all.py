@@ -52,6 +52,36 @@ Tolerances (the column "tolerance" shows the one applied to each output):
     handler: the same ops are judged tightly in fourbit_cnn_train_step (exact), cnn_train_step_float and
     mobilenet_v2_qat_saliency, and the loss (normwise 0.1), the input and weight ranges (exact) and the
     first batch norm's statistics are judged here.
+  * the Keras 3 example (keras3_qat, models/keras3_qat.py). ORT sums in other orders than TF in its
+    convolutions (ORT's Conv differs from TF's by 1 ulp in 72% of the first convolution's outputs, in both
+    lowerings; so does the standard lowering's depthwise Conv, the custom DepthwiseConv2dNative is exact) and,
+    in training mode, in the batch statistics of Keras 3's batch norm, which is not fused (moments by Mean,
+    ReduceMean in ONNX: on an [8, 32, 32, 16] input every channel's mean and variance differ by a few ulps,
+    and 97% of the normalized outputs). Inference folds the batch norm into constants at conversion.
+    - logits (inference, and the saliency graph's): at most 2 of the 40 may differ at all, and normwise
+      0.01 (KERAS3_LOGITS). In inference those ulps move about 1 in 10^5 activation-quantizer inputs across
+      a rounding boundary (seed 0: 1 of the first quantizer's 131k elements, then 1 and 5 in the next two;
+      seed 1: none), which moves the head's outputs by <= 2e-5, far below the logits quantizer's grid step
+      (4.09/255 = 0.016): measured bit-exact in 20 seeds (and in 30 of the saliency graph), both lowerings.
+      A logit that flips is off by one grid step, normwise 0.003 (||logits|| = 5.2); a wrong handler moves
+      them all. tf2onnx alone converts this graph but is off in all 40 logits by up to a grid step
+      (normwise 6.9e-3): the count of differing logits, not the norm, rejects it.
+    - the saliency map: the float rule below (rtol 1e-5, atol 1e-5 * max|tf|). Given its masks (FakeQuant's
+      range masks, Relu6's, MaxPool's argmax) the backward pass is linear, and no mask changed: measured
+      max |err| 1.9e-7 * max|tf| (normwise 7.8e-8) in 30 seeds, both lowerings.
+    - the training step: normwise 0.1 (TRAIN_STEP_NORMWISE) on gradients and on the weights', ranges' and
+      momentum slots' updates. Training-mode batch norm normalizes with the batch's own statistics, and in
+      every seed 1 to 8 of the first quantizer's 131k inputs, then up to ~100 of the later ones', move by a
+      grid step (seed 0: 10, 16, 113). Measured over 30 seeds, both lowerings, the same: median seed 2.5e-4
+      (largest output), five seeds above 5e-3, worst 3.9e-2 (grad_dw_kernel_min: a per-channel range's
+      gradient sums the few kernel elements beyond it) and 4.0e-2 for its momentum slot; a momentum update
+      m' = 0.9 m - lr * g whose two terms nearly cancel magnifies the gradient's error (conv1_quant/
+      range_max, seed 0: update 1.5e-5, error 4.8e-7 = lr * the gradient's 2.4e-5: 3.1e-2). The loss and the
+      moving statistics normwise 1e-3 (KERAS3_STEP_TIGHT): the loss bit-exact in 26 seeds, 1 ulp in 3, and
+      1.6e-5 in the one seed (21) where a logit flips; the moving statistics <= 9.1e-5. The iteration count
+      (int64) is exact, and so are the ranges whose gradient is 0 (a ReLU's range minimum, the images'
+      [0, 1]: no element beyond them). Their momentum slots stay 0 but come out -0.0 where TF has +0.0 (the
+      converter folds m * 0.9 - g * lr with the frozen m = +0 into Neg(g * lr)); the table notes it.
   * variable-update outputs (the moving statistics and ranges a training step assigns) are judged by the
     rule of their model applied to the update (new value - old value), see compare_update.
   * rtol/atol: every other float output, |ort - tf| <= rtol*|tf| + atol with rtol 1e-5 (a few float32
@@ -105,6 +135,25 @@ MOBILENET_INFERENCE_NORMWISE = 0.05
 # not judged (see "not judged" in the module docstring); its loss, the input and weight ranges and the first
 # layers' statistics are.
 MOBILENET_STEP_NOT_JUDGED = r"^grad_|^(?!bn_Conv1/).*moving_|/output_m|post_activation_m"
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputRule:
+    """Judges the outputs whose names match ``pattern`` (re.search) by its own tolerance instead of the
+    example's: normwise when ``normwise`` is set, else element-wise with ``atol_factor``; with
+    ``max_differing``, also at most that many elements may differ from TF's at all."""
+
+    pattern: str
+    normwise: Optional[float] = None
+    atol_factor: float = FLOAT_RTOL
+    max_differing: Optional[int] = None
+
+
+# The Keras 3 example (keras3_qat): see "the Keras 3 example" in the module docstring. Its logits (inference
+# and saliency): at most 2 elements off (each by one grid step of the logits quantizer), and its training
+# step's loss and moving statistics, which no flip moves far.
+KERAS3_LOGITS = OutputRule("^logits$", normwise=0.01, max_differing=2)
+KERAS3_STEP_TIGHT = OutputRule(r"^loss$|/moving_(mean|variance)$", normwise=1e-3)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -161,6 +210,8 @@ class ExampleModel:
     atol_factor: float = FLOAT_RTOL
     # When set, float outputs are judged normwise: ||ort - tf||_2 <= normwise * ||tf||_2.
     normwise: Optional[float] = None
+    # Per-output exceptions to atol_factor/normwise: the first OutputRule whose pattern matches decides.
+    output_rules: tuple = ()
 
     @property
     def saved_model(self) -> Path:
@@ -239,6 +290,34 @@ EXAMPLES = (
         all_outputs_exact=False,
         atol_factor=CANCELLING_SUM_ATOL,
         variable_updates="outputs",
+    ),
+    ExampleModel(
+        "keras3_qat",
+        "Keras 3 (keras.quantizers) QAT CNN, 32x32: 8-bit activations, 4-bit per-channel weights, inference",
+        lambda rng: _images(rng, 4, 32),
+        all_outputs_exact=False,
+        output_rules=(KERAS3_LOGITS,),
+    ),
+    ExampleModel(
+        "keras3_qat_train_step",
+        "its training step with a Keras 3 SGD optimizer: loss, every gradient, and the weights, ranges, "
+        "momentum slots and moving statistics it assigns",
+        lambda rng: _labelled(rng, 8, 32),
+        all_outputs_exact=False,
+        normwise=TRAIN_STEP_NORMWISE,
+        output_rules=(KERAS3_STEP_TIGHT,),
+        source="keras3_qat",
+        signature="train_step",
+        variable_updates="outputs",
+    ),
+    ExampleModel(
+        "keras3_qat_saliency",
+        "its saliency map: d(top class score)/d(images), training=False",
+        lambda rng: _images(rng, 4, 32),
+        all_outputs_exact=False,
+        output_rules=(KERAS3_LOGITS,),
+        source="keras3_qat",
+        signature="saliency",
     ),
     ExampleModel(
         "qdq",
@@ -332,8 +411,9 @@ def convert(example: ExampleModel, lowering: str, write: bool = True):
 def compare(example: ExampleModel, name, expected, actual) -> OutputResult:
     """One output judged by the example's rule (converters.verification does the comparing)."""
     expected, actual = np.asarray(expected), np.asarray(actual)
+    rule = next((r for r in example.output_rules if re.search(r.pattern, name)), example)
     check = compare_output(name, expected, actual, exact=example.all_outputs_exact, rtol=FLOAT_RTOL,
-                           atol_factor=example.atol_factor, normwise=example.normwise, noise_floor=NOISE_FLOOR)
+                           atol_factor=rule.atol_factor, normwise=rule.normwise, noise_floor=NOISE_FLOOR)
     if not check.same_type:
         return OutputResult(name, expected.shape, np.inf, np.inf, expected.size, expected.size, "-", False, check.note)
     if check.exact:
@@ -343,6 +423,9 @@ def compare(example: ExampleModel, name, expected, actual) -> OutputResult:
     else:
         tolerance = f"rtol {check.rtol:.0e} atol {check.atol:.1e}"
     ok, note = check.ok, ""
+    if getattr(rule, "max_differing", None) is not None:
+        tolerance += f", at most {rule.max_differing} differing"
+        ok = ok and check.n_differing <= rule.max_differing
     if example.vanishing and re.search(example.vanishing, name):
         largest = max(float(np.abs(expected).max(initial=0.0)), float(np.abs(actual).max(initial=0.0)))
         tolerance, ok = f"vanishing: both within {VANISHING_ATOL:g}", bool(np.isfinite(largest)) and largest <= VANISHING_ATOL

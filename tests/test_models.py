@@ -127,6 +127,16 @@ EXPECTED_FAMILY_OPS = {
     "fourbit_cnn_train_step": {"FakeQuantWithMinMaxVars", "FakeQuantWithMinMaxVarsGradient"},
     "cnn_train_step_float": _TRAIN_STEP_FAMILY | {"FakeQuantWithMinMaxVarsPerChannelGradient"},
     "qdq": {"QuantizeAndDequantizeV2", "QuantizeAndDequantizeV3", "QuantizeAndDequantizeV4", "QuantizeAndDequantizeV4Grad"},
+    # Keras 3's batch norm is not fused (no FusedBatchNorm* node); its weight quantizers are per channel.
+    "keras3_qat": {"FakeQuantWithMinMaxVars", "DepthwiseConv2dNative"},
+    "keras3_qat_train_step": {
+        "FakeQuantWithMinMaxVars", "FakeQuantWithMinMaxVarsGradient", "FakeQuantWithMinMaxVarsPerChannelGradient",
+        "DepthwiseConv2dNative", "DepthwiseConv2dNativeBackpropInput", "DepthwiseConv2dNativeBackpropFilter",
+    },
+    "keras3_qat_saliency": {
+        "FakeQuantWithMinMaxVars", "FakeQuantWithMinMaxVarsGradient", "DepthwiseConv2dNative",
+        "DepthwiseConv2dNativeBackpropInput",
+    },
 }
 
 
@@ -170,7 +180,7 @@ def test_qdq_inputs_hit_rounding_ties():
     assert np.count_nonzero(even != up) >= 10
 
 
-@pytest.mark.parametrize("name", ["mobilenet_v2_qat_train_step", "cnn_train_step_float"])
+@pytest.mark.parametrize("name", ["mobilenet_v2_qat_train_step", "cnn_train_step_float", "keras3_qat_train_step"])
 def test_train_step_updates_are_outputs(name):
     """The step assigns the moving statistics (and tfmot's ranges); the committed model has an output for
     every variable TF changed, and each holds the new value, not the old one."""
