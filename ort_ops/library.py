@@ -48,8 +48,34 @@ def cuda_kernel_count(path: str | None = None) -> int:
 
 
 def cuda_kernels_built(path: str | None = None) -> bool:
-    """Whether the library carries CUDA kernels (see ``cuda_kernel_count``)."""
+    """Whether the library carries CUDA kernels (see ``cuda_kernel_count``). False for the default build:
+    ``pip install .`` builds the CPU kernels only until the CUDA kernels have passed ``scripts/gpu_check.sh``
+    on a GPU, unless asked with ``TFOPS_CUDA=ON``; ``cuda_build_info()`` says why this library is as it is."""
     return cuda_kernel_count(path) > 0
+
+
+BUILD_NOTE_SUFFIX = ".build.json"  # libort_tf_ops.so -> libort_tf_ops.build.json, written by CMakeLists.txt
+
+
+def cuda_build_info(path: str | None = None) -> dict:
+    """Which build the library is and why: ``{"library", "cuda_kernels", "cuda_kernel_count", "tfops_cuda",
+    "gpu_checked", "reason"}``. ``cuda_kernels`` and the count come from the library itself; the rest from
+    the note CMake writes beside it (``libort_tf_ops.build.json``: the TFOPS_CUDA choice, whether the CUDA
+    kernels had passed a GPU check when it was built, and CMake's reason), ``None`` where there is no note
+    (a library built before the note existed). Needs neither a GPU nor onnxruntime."""
+    import json
+
+    lib = Path(path or library_path())
+    count = cuda_kernel_count(str(lib))
+    info = {"library": str(lib), "cuda_kernels": count > 0, "cuda_kernel_count": count,
+            "tfops_cuda": None, "gpu_checked": None, "reason": None}
+    note = lib.with_name(lib.name.split(".so")[0] + BUILD_NOTE_SUFFIX)
+    if note.is_file():
+        recorded = json.loads(note.read_text())
+        info.update({k: recorded.get(k) for k in ("tfops_cuda", "gpu_checked", "reason")})
+        if bool(recorded.get("cuda_kernels")) != info["cuda_kernels"]:
+            info["reason"] = f"(the note beside the library is stale: {note}) {info['reason']}"
+    return info
 
 
 def cpu_isa(path: str | None = None) -> str:
