@@ -11,6 +11,9 @@ gets the value from before it, so the converted step fake-quantizes with the wro
   assignment would (AssignVariableOp: the value; AssignSub: v - delta; AssignAdd: v + delta, one float
   op each, as TF's kernels compute it);
 * wires every read that TF orders after an assignment (a control edge to it) to that new value;
+* keeps the values of the variables the function assigns out of grappler's sight, and adds the update
+  nodes after it: grappler's folding of arithmetic on zero constants ignores the sign of zero, and a
+  variable that a step assigns is often zero (a fresh bias, an optimizer slot), where TF never folds it;
 * then either leaves the updates out with a warning naming each one (``variable_updates="warn"``, the
   default), or adds each new value as an extra graph output named after the variable
   (``variable_updates="outputs"``);
@@ -36,7 +39,6 @@ ASSIGN_OPS = ("AssignVariableOp", "AssignSubVariableOp", "AssignAddVariableOp")
 _UPDATE_OP = {"AssignVariableOp": None, "AssignSubVariableOp": "Sub", "AssignAddVariableOp": "AddV2"}
 _UPDATE_SUFFIX = "/variable_new_value"
 _ASSIGNED_SUFFIX = "/variable_assigned_value"
-_OLD_SUFFIX = "/variable_old_value"
 # Model metadata: comma-separated names of the variable-update outputs and of the trainable-variable inputs.
 VARIABLE_UPDATES_KEY = "converters.variable_update_outputs"
 TRAINABLE_INPUTS_KEY = "converters.trainable_inputs"
@@ -196,9 +198,10 @@ def freeze(concrete_func, input_names, output_names, variable_updates="warn", tr
                                               else nodes[source].attr["value"].tensor.tensor_shape)
         update.new_value = stand_in.name + ":0"
         new_value_of[update.assign_node] = update.new_value
-        old_value = type(nodes[source])()
-        old_value.CopyFrom(nodes[source])
-        pending.append((update, _UPDATE_OP[assign.op], assigned.name + ":0", old_value))
+        pending.append((update, _UPDATE_OP[assign.op], assigned.name + ":0", source))
+
+    # Grappler must not see the assigned variables' values (see _hide_from_grappler).
+    hidden = _hide_from_grappler(nodes, {source for source, _ in by_variable.values()})
 
     # Reads TF orders after an assignment see the new value (tf2onnx's freezing gives the old one).
     for node in graph_def.node:
@@ -231,9 +234,11 @@ def freeze(concrete_func, input_names, output_names, variable_updates="warn", tr
             len(updates), "; ".join(u.describe() for u in updates),
         )
     stand_ins = [u.new_value for u, _, _, _ in pending]
+    feeds = inputs + stand_ins + [f"{name}:0" for name in hidden]
     fetches = outputs + [assigned for _, _, assigned, _ in pending if assigned not in outputs]
     with tf.Graph().as_default():
-        graph_def = tf_loader.tf_optimize(inputs + stand_ins, fetches, graph_def)
+        graph_def = tf_loader.tf_optimize(feeds, fetches, graph_def)
+    _restore_hidden(graph_def, hidden)
     _add_update_nodes(graph_def, pending)
     return FrozenFunction(graph_def, inputs, outputs, renames, updates, trainable_values)
 
@@ -245,39 +250,58 @@ def _add_node(graph_def, name, op, inputs):
     return node
 
 
-def _add_update_nodes(graph_def, pending):
-    """Each variable's new value, computed after grappler as TF's assignment computes it.
+def _hide_from_grappler(nodes: dict, sources: set) -> Dict[str, object]:
+    """Turn the frozen constants of the assigned variables into placeholders for the time grappler runs;
+    returns the constants, by name, for :func:`_restore_hidden`.
 
-    Grappler's constant folding rewrites ``0 - d`` as ``Neg(d)`` and ``0 + d`` as ``d`` when the variable is a
-    constant of zeros (a freshly initialised bias, an optimizer slot), which turns TF's ``+0 - +0 = +0`` into
-    ``-0``; in TF itself the variable is a resource read, never folded. So the update node is added here,
-    after grappler, on a fresh copy of the variable's frozen value (or its graph input with
-    ``trainable_inputs``), and the placeholder that stood in for the new value becomes its Identity.
-    tf2onnx then folds a constant update with NumPy, which keeps IEEE signed zeros.
+    Grappler's constant folding simplifies arithmetic on constants of zeros without regard to the sign of zero
+    (``0 * m -> 0``, ``0 - d -> Neg(d)``, ``0 + d -> d``). A variable a step assigns is often exactly zero when
+    frozen (a fresh bias, an optimizer's slots), and TF itself never folds it (it is a resource read), so
+    TF's ``+0 * 0.9 - (+0) = +0`` became ``Neg(+0) = -0`` in the converted update. Hidden, the variable is
+    folded later by tf2onnx and ONNX Runtime, which evaluate the ops as TF does. Variables that are only read
+    (the weights of an inference graph) stay constants, so grappler's folding of them is unchanged.
     """
-    nodes = {n.name: n for n in graph_def.node}
-    for update, op, assigned, old_value in pending:
-        stand_in_name = _node_name(update.new_value)
-        dtype = nodes[stand_in_name].attr["dtype"].type if stand_in_name in nodes else old_value.attr["dtype"].type
-        if op is None:
-            value = assigned
-        else:
-            if old_value.op == "Placeholder":  # a trainable-variable input: the graph input itself
-                if old_value.name not in nodes:
-                    graph_def.node.add().CopyFrom(old_value)
-                old = old_value.name
-            else:
-                copy = graph_def.node.add()
-                copy.CopyFrom(old_value)
-                copy.name = update.assign_node + _OLD_SUFFIX
-                del copy.input[:]
-                old = copy.name
-            new = _add_node(graph_def, update.assign_node + "/variable_update", op, [old, assigned])
+    hidden = {}
+    for name in sorted(sources):
+        node = nodes[name]
+        if node.op != "Const":
+            continue  # a trainable-variable input is a placeholder already
+        hidden[name] = type(node)()
+        hidden[name].CopyFrom(node)
+        value = node.attr["value"].tensor
+        dtype = node.attr["dtype"].type
+        node.op = "Placeholder"
+        node.ClearField("attr")
+        node.attr["dtype"].type = dtype
+        node.attr["shape"].shape.CopyFrom(value.tensor_shape)
+    return hidden
+
+
+def _restore_hidden(graph_def, hidden: Dict[str, object]):
+    """The hidden variables' constants back in place of their placeholders (re-added where grappler dropped one)."""
+    present = {n.name: n for n in graph_def.node}
+    for name, const in hidden.items():
+        node = present.get(name) or graph_def.node.add()
+        node.CopyFrom(const)
+
+
+def _add_update_nodes(graph_def, pending):
+    """Each variable's new value, computed after grappler as TF's assignment computes it (AssignSub: ``v - d``,
+    AssignAdd: ``v + d``, AssignVariableOp: the value), and the placeholder that stood in for the new value
+    during grappler becomes its Identity. Grappler would rewrite ``0 - d`` as ``Neg(d)`` (see
+    :func:`_hide_from_grappler`); tf2onnx folds a constant update with NumPy, which keeps IEEE signed zeros.
+    """
+    by_name = {n.name: n for n in graph_def.node}
+    for update, op, assigned, source in pending:
+        stand_in = by_name[_node_name(update.new_value)]  # a feed of grappler's, so it is still there
+        dtype = stand_in.attr["dtype"].type
+        value = assigned
+        if op is not None:
+            new = _add_node(graph_def, update.assign_node + "/variable_update", op, [source, assigned])
             new.attr["T"].type = dtype
             value = new.name
-        stand_in = nodes.get(stand_in_name) or graph_def.node.add()
         stand_in.Clear()
-        stand_in.name, stand_in.op = stand_in_name, "Identity"
+        stand_in.name, stand_in.op = _node_name(update.new_value), "Identity"
         stand_in.input.append(value)
         stand_in.attr["T"].type = dtype
 

@@ -214,7 +214,8 @@ class _SignedZeroUpdates(tf.Module):
     """AssignSub and AssignAdd of variables that start at +0.0 and at -0.0, by three kinds of delta: a
     constant (grappler folds the whole update), one computed from the input (the update stays a node), and
     one that is zero by construction but not a constant (a sum of the input times 0, times a learning rate:
-    a bias gradient behind a loss that ignores it), which grappler's folding turns into ``Neg(delta)``."""
+    a bias gradient behind a loss that ignores it), which grappler's folding turns into ``Neg(delta)``; and an
+    optimizer's momentum update of a zero slot, ``m * 0.9 - delta``, which grappler folds the same way."""
 
     KINDS = ("const", "fed", "zero_sum")
 
@@ -225,6 +226,8 @@ class _SignedZeroUpdates(tf.Module):
             f"{op}_{kind}": tf.Variable(np.full(4, start, np.float32), name=f"{op}_{kind}")
             for op in ("sub", "add") for kind in self.KINDS
         }
+        # SGD's momentum slot: m <- m * momentum - g * lr, an AssignVariableOp of a value computed from m.
+        self.targets["momentum"] = tf.Variable(np.full(4, start, np.float32), name="momentum")
 
     @tf.function(input_signature=[tf.TensorSpec([4], tf.float32, name="delta")])
     def __call__(self, delta):
@@ -236,6 +239,8 @@ class _SignedZeroUpdates(tf.Module):
         for kind, value in deltas.items():
             self.targets[f"sub_{kind}"].assign_sub(value)
             self.targets[f"add_{kind}"].assign_add(value)
+        momentum = self.targets["momentum"]
+        momentum.assign(momentum * 0.9 - deltas["zero_sum"])
         return {"out": delta + 1.0}
 
 
