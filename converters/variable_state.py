@@ -198,10 +198,14 @@ def freeze(concrete_func, input_names, output_names, variable_updates="warn", tr
                                               else nodes[source].attr["value"].tensor.tensor_shape)
         update.new_value = stand_in.name + ":0"
         new_value_of[update.assign_node] = update.new_value
-        pending.append((update, _UPDATE_OP[assign.op], assigned.name + ":0", source))
+        old_value = type(nodes[source])()
+        old_value.CopyFrom(nodes[source])  # before hiding: the variable's frozen constant, or its input
+        pending.append((update, _UPDATE_OP[assign.op], assigned.name + ":0", old_value))
 
     # Grappler must not see the assigned variables' values (see _hide_from_grappler).
     hidden = _hide_from_grappler(nodes, {source for source, _ in by_variable.values()})
+    if hidden:
+        _fold_variable_shapes(graph_def, nodes, set(hidden))
 
     # Reads TF orders after an assignment see the new value (tf2onnx's freezing gives the old one).
     for node in graph_def.node:
@@ -258,14 +262,22 @@ def _hide_from_grappler(nodes: dict, sources: set) -> Dict[str, object]:
     (``0 * m -> 0``, ``0 - d -> Neg(d)``, ``0 + d -> d``). A variable a step assigns is often exactly zero when
     frozen (a fresh bias, an optimizer's slots), and TF itself never folds it (it is a resource read), so
     TF's ``+0 * 0.9 - (+0) = +0`` became ``Neg(+0) = -0`` in the converted update. Hidden, the variable is
-    folded later by tf2onnx and ONNX Runtime, which evaluate the ops as TF does. Variables that are only read
-    (the weights of an inference graph) stay constants, so grappler's folding of them is unchanged.
+    folded later by tf2onnx and ONNX Runtime, which evaluate the ops as TF does. Only assigned variables that
+    are all zeros are hidden (the rewrites need a constant of zeros); the others, and the variables that are
+    only read (the weights of an inference graph), stay constants and keep grappler's folding.
     """
+    import tensorflow as tf
+
     hidden = {}
     for name in sorted(sources):
         node = nodes[name]
         if node.op != "Const":
             continue  # a trainable-variable input is a placeholder already
+        value = tf.make_ndarray(node.attr["value"].tensor)
+        if value.dtype.kind not in "fc" or np.any(value != 0):
+            # Only constants of (signed) zeros are simplified; every other one keeps grappler's folding,
+            # shapes included (grappler does not infer shapes through the placeholders it is fed).
+            continue
         hidden[name] = type(node)()
         hidden[name].CopyFrom(node)
         value = node.attr["value"].tensor
@@ -292,12 +304,19 @@ def _add_update_nodes(graph_def, pending):
     :func:`_hide_from_grappler`); tf2onnx folds a constant update with NumPy, which keeps IEEE signed zeros.
     """
     by_name = {n.name: n for n in graph_def.node}
-    for update, op, assigned, source in pending:
+    for update, op, assigned, old_value in pending:
         stand_in = by_name[_node_name(update.new_value)]  # a feed of grappler's, so it is still there
         dtype = stand_in.attr["dtype"].type
         value = assigned
         if op is not None:
-            new = _add_node(graph_def, update.assign_node + "/variable_update", op, [source, assigned])
+            old = by_name.get(old_value.name)
+            if old is None or old.op != old_value.op or (old.op == "Const" and old.attr["value"] != old_value.attr["value"]):
+                # Grappler folded the variable's constant away or into another one: a copy of it, by itself.
+                old = graph_def.node.add()
+                old.CopyFrom(old_value)
+                if old_value.op == "Const":
+                    old.name = update.assign_node + "/variable_old_value"
+            new = _add_node(graph_def, update.assign_node + "/variable_update", op, [old.name, assigned])
             new.attr["T"].type = dtype
             value = new.name
         stand_in.Clear()
@@ -307,7 +326,8 @@ def _add_update_nodes(graph_def, pending):
 
 
 def _fold_variable_shapes(graph_def, nodes: dict, variable_inputs: set):
-    """Shape/ShapeN of a trainable-variable input become constants (a fed weight keeps its variable's shape).
+    """Shape/ShapeN of a variable that is a placeholder (a trainable-variable input, or an assigned variable
+    hidden from grappler) become constants (a fed weight keeps its variable's shape).
 
     Grappler folds the shapes of constants but not of graph inputs, and gradient ops take their filter
     sizes from such shapes (Conv2DBackpropFilter's filter_sizes = ShapeN(x, kernel)[1]); as constants they
