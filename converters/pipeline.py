@@ -117,6 +117,34 @@ def _optimize(g, fold_batch_norm: bool = False):
             return optimizer.optimize_graph(backup, catch_errors=True, optimizers=passes)
 
 
+def unmappable_dtype_error(tf_graph, key_error) -> ConversionError:
+    """The ConversionError for tf2onnx's KeyError on a TF dtype it has no ONNX type for: every node that
+    outputs such a dtype or names it in an attribute (Cast's DstT), by op and name."""
+    import tensorflow as tf
+    from tf2onnx.tf_utils import TF_TO_ONNX_DTYPE
+
+    def unmapped(dtype) -> bool:
+        return dtype not in (tf.resource, tf.variant) and dtype.as_datatype_enum not in TF_TO_ONNX_DTYPE
+
+    found = []
+    for op in tf_graph.get_operations():
+        dtypes = [t.dtype for t in op.outputs]
+        for value in op.node_def.attr.values():
+            if value.WhichOneof("value") == "type":
+                dtypes.append(tf.as_dtype(value.type))
+        bad = sorted({d.name for d in dtypes if unmapped(d)})
+        if bad:
+            found.append(f"{op.type} (node {op.name!r}): {', '.join(bad)}")
+    if not found:
+        return ConversionError(f"tf2onnx failed on a missing key {key_error} (no unmappable dtype found in the graph)")
+    return ConversionError(
+        f"{len(found)} node(s) use a TF dtype that has no ONNX tensor type here: " + "; ".join(found[:10])
+        + ("; ..." if len(found) > 10 else "")
+        + ". Keep that part of the model out of the converted graph (convert from an earlier or later tensor), "
+        "or cast to a supported type in TF before converting"
+    )
+
+
 def convert_frozen_graph(
     frozen_graph,
     input_names: Sequence[str],
@@ -152,7 +180,10 @@ def convert_frozen_graph(
     tf_loader.clear_functions()
     with tf.device("/cpu:0"), tf.Graph().as_default() as tf_graph:
         tf.import_graph_def(frozen_graph, name="")
-        main_g, subgraphs = float8.graphs_from_tf(tf_graph, opset, list(input_names), list(output_names), shape_override)
+        try:
+            main_g, subgraphs = float8.graphs_from_tf(tf_graph, opset, list(input_names), list(output_names), shape_override)
+        except KeyError as e:  # tf2onnx's dtype map: a bare KeyError naming only the dtype
+            raise unmappable_dtype_error(tf_graph, e) from e
         for g in [main_g] + subgraphs:
             g.set_config(None, opset, extra_opset)
             drop_redundant_clamps(g)

@@ -272,3 +272,15 @@ def test_cli_unexpected_errors_are_one_line_and_debug_shows_the_traceback(tmp_pa
 def test_cli_train_step_needs_a_loss(tmp_path):
     proc = _cli("--keras", tmp_path / "x.keras", "--train-step", "--output", tmp_path / "o.onnx")
     assert proc.returncode == 2 and "--train-step needs --loss" in proc.stderr
+
+
+def test_dtype_without_onnx_type_is_a_conversion_error():
+    """tf2onnx raises a bare KeyError for a TF dtype it cannot map (here qint8); the converter names the nodes."""
+
+    @tf.function(input_signature=[tf.TensorSpec([4], tf.float32, name="x")])
+    def quantize(x):
+        q = tf.quantization.quantize(x, -1.0, 1.0, tf.qint8, name="to_qint8")
+        return tf.quantization.dequantize(q.output, q.output_min, q.output_max, name="back")
+
+    with pytest.raises(converters.ConversionError, match=r"QuantizeV2 \(node 'to_qint8'\): qint8"):
+        converters.from_function(quantize, quantize.input_signature)
