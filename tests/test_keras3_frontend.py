@@ -284,3 +284,71 @@ def test_dtype_without_onnx_type_is_a_conversion_error():
 
     with pytest.raises(converters.ConversionError, match=r"QuantizeV2 \(node 'to_qint8'\): qint8"):
         converters.from_function(quantize, quantize.input_signature)
+
+
+def _keras3_quantized_net():
+    """The issue's layers with Keras 3's own fake quantizers between them: per tensor 8-bit, 4-bit narrow,
+    per channel on the last axis and on axis 1 (wrapped by Keras in a Transpose pair)."""
+    from keras3_layers import FakeQuant
+
+    keras.utils.set_random_seed(4)
+    layers = keras.layers
+    inputs = keras.Input(SHAPE, name="images")
+    x = FakeQuant(-3, 3, name="fq_input")(inputs)
+    x = layers.Conv2D(6, 3, padding="same", use_bias=True)(x)
+    x = layers.BatchNormalization()(x)
+    x = layers.ReLU(max_value=6.0)(x)
+    x = FakeQuant(0, 6, num_bits=4, narrow_range=True, name="fq_4bit_narrow")(x)
+    x = layers.DepthwiseConv2D(3, padding="same")(x)
+    x = layers.BatchNormalization()(x)
+    x = layers.ReLU(max_value=6.0)(x)
+    x = FakeQuant(0, 6, axis=-1, name="fq_channels_last")(x)
+    x = layers.SeparableConv2D(6, 3, strides=2, padding="same")(x)
+    x = FakeQuant(-4, 4, axis=1, name="fq_axis1")(x)
+    x = layers.GlobalAveragePooling2D()(x)
+    return keras.Model(inputs, layers.Dense(4, name="logits")(x), name="k3qnet")
+
+
+@pytest.mark.parametrize("lowering", converters.LOWERINGS)
+def test_cli_keras3_quantized_file_and_its_step_verify(tmp_path, lowering, capsys):
+    """The issue's "done when": a Keras 3 model with each layer and quantizer, from a .keras file through the
+    CLI with --verify, inference and a training step that applies an optimizer, in both lowerings."""
+    path = tmp_path / "quantized.keras"
+    _keras3_quantized_net().save(str(path))
+    out = tmp_path / "q.onnx"
+    rc, printed = _run_main(["--keras", path, "--import", "keras3_layers", "--lowering", lowering, "--output", out,
+                             "--verify", "--no-tf-spread"], capsys)
+    assert rc == 0, printed.out + printed.err
+    if lowering == "custom":  # Keras's Transpose pair around the axis-1 quantizer is gone
+        graph = onnx.load(str(out)).graph
+        transposed = {o for n in graph.node if n.op_type == "Transpose" for o in n.output}
+        per_channel = [n for n in graph.node if n.op_type == "FakeQuantWithMinMaxVarsPerChannel"]
+        assert len(per_channel) == 2 and not any(i in transposed for n in per_channel for i in n.input)
+        assert {a.i for n in per_channel for a in n.attribute if a.name == "axis"} >= {1}
+    rc, printed = _run_main(["--keras", path, "--import", "keras3_layers", "--lowering", lowering, "--train-step",
+                             "--loss", "sparse_categorical_crossentropy", "--from-logits", "--optimizer", "adam",
+                             "--learning-rate", "0.01", "--variable-update-outputs", "--output", tmp_path / "s.onnx",
+                             "--verify", "--no-tf-spread"], capsys)
+    assert rc == 0, printed.out + printed.err
+    assert "grad_fq_axis1_range_min" in printed.out and "verification passed" in printed.out
+
+
+@pytest.mark.parametrize("mode", ["int8", "int4", "float8"])
+def test_cli_model_quantize(tmp_path, mode, capsys):
+    """model.quantize(mode) of a Dense network, saved as .keras, converted and verified through the CLI (float8
+    needs opset 19, and says so at 17)."""
+    keras.utils.set_random_seed(5)
+    layers = keras.layers
+    model = keras.Sequential([keras.Input((8,), name="features"), layers.Dense(6, name="hidden"), layers.ReLU(),
+                              layers.Dense(3, name="logits")], name="dense_net")
+    model.quantize(mode)
+    path = tmp_path / f"dense_{mode}.keras"
+    model.save(str(path))
+    opset = ["--opset", "19"] if mode == "float8" else []
+    for lowering in converters.LOWERINGS:
+        rc, printed = _run_main(["--keras", path, "--lowering", lowering, *opset, "--output", tmp_path / "d.onnx",
+                                 "--verify", "--no-tf-spread"], capsys)
+        assert rc == 0 and "verification passed" in printed.out, printed.out + printed.err
+    if mode == "float8":
+        rc, printed = _run_main(["--keras", path, "--output", tmp_path / "d.onnx"], capsys)
+        assert rc == EXIT_CONVERSION_FAILED and "opset 19" in printed.err and "Traceback" not in printed.err
