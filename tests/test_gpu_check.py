@@ -1,0 +1,151 @@
+"""scripts/gpu_check.sh, the GPU check of the CUDA kernels, in its CPU mode (what runs where there is no GPU).
+
+The script exports the golden cases (NumPy only), builds cpp_ops/gpu_check without CUDA and runs its CPU half:
+every golden case through the adapters' checks and the CPU kernels against TF's outputs by the suite's rules, the
+seeded random cases of every op, type and layout on the CPU kernels (thread pool against serial), the coverage of
+every registered type combination, and the judge's self-test. These tests make sure that it passes, that a wrong
+expected value makes it fail (bit-exact and tolerance rules both), and that the pieces the GPU machine runs need
+nothing that machine lacks. No TensorFlow, no onnxruntime, no GPU. The build (about a minute on two cores) goes to
+build/gpu_check-test and is reused by later runs.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILD = ROOT / "build" / "gpu_check-test"
+
+
+def _env(tmp_path, **extra):
+    env = dict(os.environ)
+    # cmake and ninja from the environment's own bin folder or .venv's first (scripts/setup.sh installs both)
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), str(ROOT / ".venv" / "bin"), env.get("PATH", "")])
+    env.update(PYTHON=sys.executable, GPU_CHECK_MODE="cpu", GPU_CHECK_BUILD=str(BUILD),
+               GPU_LOG_DIR=str(tmp_path / "logs"))
+    env.update(extra)
+    return env
+
+
+def _tools_or_skip(env):
+    for tool in ("cmake", "c++"):
+        if shutil.which(tool, path=env["PATH"]) is None:
+            pytest.skip(f"no {tool} on PATH: the GPU check program cannot be built here")
+
+
+def run_script(tmp_path, **extra):
+    env = _env(tmp_path, **extra)
+    _tools_or_skip(env)
+    return subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh")], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+def test_cpu_half_passes(tmp_path):
+    out = run_script(tmp_path)
+    assert out.returncode == 0, out.stdout[-6000:] + out.stderr[-3000:]
+    assert "gpu_check: PASSED (cpu mode)" in out.stdout
+    results = json.loads((tmp_path / "logs" / "gpu_check.json").read_text())
+    assert results["ok"] and results["mode"] == "cpu" and results["device"] is None
+    # every op and type combination of the library has a row, and every golden case was read
+    assert len(results["rows"]) == 41
+    golden = sum(r["golden_ran"] + r["golden_rejected"] for r in results["rows"])
+    assert golden == sum(1 for _ in _golden_count())
+    assert all(r["random_ran"] >= 4 for r in results["rows"]), [r for r in results["rows"] if r["random_ran"] < 4]
+    assert results["self_test_checks"] == 20 and not results["self_test_problems"]
+    assert not results["coverage_missing"]
+    report = json.loads((tmp_path / "logs" / "gpu_check_report.json").read_text())
+    assert report["ok"] and report["table"][0].startswith("| op | type |")
+    assert (tmp_path / "logs" / "gpu_check_table.md").is_file()
+
+
+def _golden_count():
+    import numpy as np
+
+    for path in sorted((ROOT / "tests" / "golden").glob("*.npz")):
+        with np.load(path) as data:
+            yield from json.loads(bytes(data["__meta__"]).decode())
+
+
+@pytest.mark.parametrize("op, rule", [("FakeQuantWithMinMaxVarsGradient", r"values differ"),
+                                      ("FusedBatchNormV3", r"max abs error"),
+                                      ("DepthwiseConv2dNativeBackpropFilter", r"over the bound")])
+def test_wrong_expected_value_fails(tmp_path, op, rule):
+    """A golden output made wrong (one bit for the bit-exact ops, 1% for the others) fails the CPU half, and the
+    script's exit status says so."""
+    cases = tmp_path / "cases"
+    export = subprocess.run([sys.executable, str(ROOT / "tools" / "gpu_check" / "export_cases.py"), "--out", str(cases),
+                             "--corrupt", op], capture_output=True, text=True, timeout=300)
+    assert export.returncode == 0, export.stderr
+    out = run_script(tmp_path, GPU_CHECK_CASES=str(cases), GPU_CHECK_ARGS=f"--ops {op}")
+    assert out.returncode == 1, out.stdout[-4000:]
+    assert re.search(rf"FAIL {op} \S+ golden case \d+ .*\n\s+CPU against TF: output 0: .*{rule}", out.stdout), out.stdout[-4000:]
+    assert "gpu_check: FAILED" in out.stdout
+
+
+def test_exactness_flags_match_the_library():
+    """cpp_ops/gpu_check builds the kernels with the library's own exactness flags."""
+    def flags(path):
+        text = path.read_text()
+        return {name: re.search(rf"set\({name} ([^)]*)\)", text).group(1) for name in
+                ("TFOPS_CXX_EXACT_FLAGS", "TFOPS_CUDA_EXACT_FLAGS")}
+
+    assert flags(ROOT / "CMakeLists.txt") == flags(ROOT / "cpp_ops" / "gpu_check" / "CMakeLists.txt")
+
+
+def _imports(path):
+    tree = ast.parse(path.read_text())
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_device_side_scripts_need_only_what_the_gpu_machine_has():
+    """The case export needs NumPy only, the report the standard library, the PyTorch timings NumPy and torch."""
+    stdlib = {"__future__", "argparse", "json", "sys", "pathlib", "importlib"}
+    tools = ROOT / "tools" / "gpu_check"
+    assert _imports(tools / "export_cases.py") <= stdlib | {"numpy"}
+    assert _imports(tools / "report.py") <= stdlib
+    assert _imports(tools / "torch_times.py") <= stdlib | {"numpy", "torch"}
+
+
+def test_default_build_is_cpu_only(tmp_path):
+    """Until a GPU run has passed, a plain configure (TFOPS_CUDA unset: AUTO) builds no CUDA kernels, whatever
+    compiler is on PATH, and writes why beside the library."""
+    env = _env(tmp_path)
+    _tools_or_skip(env)
+    env.pop("TFOPS_CUDA", None)
+    headers = tmp_path / "ort"
+    headers.mkdir()
+    (headers / "onnxruntime_c_api.h").write_text("/* configure only */\n")
+    out = subprocess.run(["cmake", "-S", str(ROOT), "-B", str(tmp_path / "b"), f"-DORT_INCLUDE_DIR={headers}"],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "CUDA kernels: OFF (TFOPS_CUDA=AUTO (the default) builds the CPU kernels only" in out.stdout
+    note = json.loads((tmp_path / "b" / "libort_tf_ops.build.json").read_text())
+    assert note["cuda_kernels"] is False and note["tfops_cuda"] == "AUTO" and note["gpu_checked"] is False
+    assert "scripts/gpu_check.sh" in note["reason"] and "TFOPS_CUDA=ON" in note["reason"]
+
+
+def test_cuda_build_info_says_which_build():
+    import ort_ops
+
+    try:
+        info = ort_ops.cuda_build_info()
+    except (FileNotFoundError, OSError) as e:
+        pytest.skip(f"no built library: {e}")
+    assert info["cuda_kernels"] == ort_ops.cuda_kernels_built() == (info["cuda_kernel_count"] > 0)
+    if info["reason"] is not None:
+        assert info["tfops_cuda"] in ("AUTO", "ON", "OFF")
+        assert ("CUDA compiler" in info["reason"]) == info["cuda_kernels"], info
