@@ -102,15 +102,20 @@ check_args=(--cases "$CASES" --out "$LOG/gpu_check.json")
 [ "$mode" = cpu ] && check_args+=(--cpu-only --no-large)
 # shellcheck disable=SC2206  (GPU_CHECK_ARGS is a list of words)
 check_args+=(${GPU_CHECK_ARGS:-})
-"$OBJ/gpu_check" "${check_args[@]}" 2>&1 | tee "$LOG/gpu_check.log"
+left=$((BUDGET - (SECONDS - start) + 30))  # the check itself is never cut short before the budget's end
+[ "$left" -lt 120 ] && left=120
+timeout "$left" "$OBJ/gpu_check" "${check_args[@]}" 2>&1 | tee "$LOG/gpu_check.log"
 check_rc=${PIPESTATUS[0]}
+[ "$check_rc" -eq 124 ] && say "the check did not finish in $left s"
 say "check exit $check_rc"
 
 # 4. memcheck and 5. torch, in the time left (a rerun can skip them: GPU_CHECK_BUDGET_S=0)
 memcheck_status="not run"
 torch_status="not run"
 if [ "$mode" = gpu ] && [ "$check_rc" -le 1 ]; then
-  sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -1)
+  sanitizer=$(command -v compute-sanitizer)  # else beside nvcc, in the toolkit's bin folder
+  nvcc_dir=$(dirname "$(readlink -f "$(command -v "${CUDACXX:-nvcc}")")")
+  [ -z "$sanitizer" ] && [ -x "$nvcc_dir/compute-sanitizer" ] && sanitizer=$nvcc_dir/compute-sanitizer
   left=$((BUDGET - (SECONDS - start) - 45))  # keep 45 s for PyTorch and the report
   if [ -z "$sanitizer" ]; then
     memcheck_status="not run (no compute-sanitizer)"

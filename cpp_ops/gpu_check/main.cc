@@ -191,6 +191,7 @@ class Checker {
     }
     j << "  \"cpu_isa\": " << Quote(tfops::IsaName(tfops::ActiveIsa())) << ",\n";
     j << "  \"threads\": " << g_threads << ",\n  \"seconds\": " << Number(seconds) << ",\n";
+    j << "  \"large\": " << (o_.large ? "true" : "false") << ", \"timing\": " << (o_.timing ? "true" : "false") << ",\n";
     j << "  \"rows\": [";
     bool first = true;
     for (const auto& kv : rows_) {

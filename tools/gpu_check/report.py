@@ -61,7 +61,7 @@ def build(results: dict, memcheck: dict | None, memcheck_status: str, torch_stat
         else:
             mc = memcheck_status if key in memcheck_rows or memcheck_status != "ok" else "-"
         timings = row.get("timings") or [None]
-        if gpu and timings == [None]:
+        if gpu and results.get("timing", True) and timings == [None]:
             problems.append(f"{row['op']} {row['dtype']}: no timing")
         for i, t in enumerate(timings):
             cells = [row["op"], row["dtype"]] if i == 0 else ["", ""]
