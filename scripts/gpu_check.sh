@@ -26,6 +26,8 @@
 #   5. torch     (GPU) tools/gpu_check/torch_times.py: PyTorch's equivalents on the same timing cases
 #   6. report    tools/gpu_check/report.py: one table, GPU_LOG_DIR/gpu_check_report.json; exit 1 on any mismatch,
 #              CUDA error, coverage gap or memcheck error
+# GPU_LOG_DIR gets at most 7 files (the device tool brings back 8): build.log, gpu_check.log, gpu_check.json,
+# memcheck.log, memcheck.json, torch.log, gpu_check_report.json (the table, the problems and all results).
 # Without a GPU (CI: tests/test_gpu_check.py, or GPU_CHECK_MODE=cpu) stages 1-3 and 6 run the CPU half: no CUDA
 # is compiled, and the check runs the goldens against the CPU kernels, the random cases (large ones left out
 # unless GPU_CHECK_ARGS says otherwise) on the CPU, the coverage of every type combination and layout, and the
@@ -67,8 +69,7 @@ fi
 CASES=${GPU_CHECK_CASES:-}
 if [ -z "$CASES" ]; then
   CASES=$BUILD/cases
-  "$PYTHON" tools/gpu_check/export_cases.py --out "$CASES" 2>&1 | tee "$LOG/export.log"
-  [ "${PIPESTATUS[0]}" -eq 0 ] || { say "the case export failed"; exit 1; }
+  "$PYTHON" tools/gpu_check/export_cases.py --out "$CASES" || { say "the case export failed"; exit 1; }
 fi
 
 # 2. build
@@ -148,7 +149,7 @@ fi
 # 6. report
 "$PYTHON" tools/gpu_check/report.py "$LOG/gpu_check.json" --memcheck "$LOG/memcheck.json" \
   --memcheck-status "$memcheck_status" --torch-status "$torch_status" \
-  --json-out "$LOG/gpu_check_report.json" --markdown "$LOG/gpu_check_table.md"
+  --json-out "$LOG/gpu_check_report.json"
 report_rc=$?
 say "done"
 [ "$check_rc" -eq 0 ] && [ "$report_rc" -eq 0 ] && exit 0

@@ -11,6 +11,7 @@ build/gpu_check-test and is reused by later runs.
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
 import os
 import re
@@ -48,11 +49,18 @@ def run_script(tmp_path, **extra):
                           text=True, timeout=600)
 
 
-def test_cpu_half_passes(tmp_path):
-    out = run_script(tmp_path)
+@pytest.fixture(scope="module")
+def cpu_run(tmp_path_factory):
+    """One run of the script in CPU mode: (its output, its log folder)."""
+    tmp_path = tmp_path_factory.mktemp("gpu_check")
+    return run_script(tmp_path), tmp_path / "logs"
+
+
+def test_cpu_half_passes(cpu_run):
+    out, logs = cpu_run
     assert out.returncode == 0, out.stdout[-6000:] + out.stderr[-3000:]
     assert "gpu_check: PASSED (cpu mode)" in out.stdout
-    results = json.loads((tmp_path / "logs" / "gpu_check.json").read_text())
+    results = json.loads((logs / "gpu_check.json").read_text())
     assert results["ok"] and results["mode"] == "cpu" and results["device"] is None
     # every op and type combination of the library has a row, and every golden case was read
     assert len(results["rows"]) == 41
@@ -61,9 +69,55 @@ def test_cpu_half_passes(tmp_path):
     assert all(r["random_ran"] >= 4 for r in results["rows"]), [r for r in results["rows"] if r["random_ran"] < 4]
     assert results["self_test_checks"] == 20 and not results["self_test_problems"]
     assert not results["coverage_missing"]
-    report = json.loads((tmp_path / "logs" / "gpu_check_report.json").read_text())
+    report = json.loads((logs / "gpu_check_report.json").read_text())
     assert report["ok"] and report["table"][0].startswith("| op | type |")
-    assert (tmp_path / "logs" / "gpu_check_table.md").is_file()
+    # what the device tool brings back from $OUT: at most 8 files
+    assert len(list(logs.iterdir())) <= 8
+
+
+def _module(path: Path):
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_gpu_mode_report_and_torch_inputs(cpu_run):
+    """The GPU-only paths that can run here: the report of a GPU run (its results made from the CPU half's, with
+    a device, graphs and timings filled in) and the inputs torch_times.py builds from the timing cases."""
+    out, logs = cpu_run
+    assert out.returncode == 0, out.stdout[-3000:]
+    results = json.loads((logs / "gpu_check.json").read_text())
+    tools = ROOT / "tools" / "gpu_check"
+    torch_times, report = _module(tools / "torch_times.py"), _module(tools / "report.py")
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    timed = 0
+    for row in results["rows"]:
+        assert row["timings"], row["op"]
+        for entry in row["timings"]:
+            inputs = torch_times.make_inputs(entry["case"], rng)
+            assert [list(x.shape) for x in inputs] == [i["shape"] for i in entry["case"]["inputs"]]
+            assert entry["bytes"] >= inputs[0].nbytes
+            timed += 1
+    assert timed >= 44  # one per op and type, three for float32 depthwise
+    results.update(mode="gpu", device={"name": "a GPU", "compute_capability": "9.0", "multiprocessors": 132,
+                                       "memory_gib": 79.6, "driver": "13.0", "runtime": "13.0"})
+    for row in results["rows"]:
+        row.update(graph="ok", graph_nodes=3)
+        for entry in row["timings"]:
+            entry.update(kernel_us=100.0, copy_us=80.0, torch_us=125.0)
+    memcheck = {"memcheck_cases": [f"{r['op']} {r['dtype']} NHWC [case]" for r in results["rows"]]}
+    table, problems = report.build(results, memcheck, "ok", "ok")
+    assert not problems, problems
+    assert any("| 100.0 | 80.0 | 80% | 125.0 | 0.80x |" in line for line in table)
+    _, problems = report.build(results, memcheck, "errors (memcheck.log)", "ok")
+    assert problems == ["memcheck: errors (memcheck.log)"]
+    results["rows"][0]["graph"] = None
+    _, problems = report.build(results, memcheck, "not finished in 90 s", "ok")
+    assert problems == [f"{results['rows'][0]['op']} {results['rows'][0]['dtype']}: no CUDA-graph check"]
 
 
 def _golden_count():

@@ -150,9 +150,18 @@ class Checker {
         if (gpu_) {
           Process(c);
           Time(c);
-        } else {  // the CPU half only prepares them (the checks accept them, one per type)
+        } else {  // the CPU half only prepares them (the checks accept them) and lists them, untimed
           try {
-            Prepare(c);
+            const Prepared p = Prepare(c);
+            Timing t;
+            t.error = "";
+            for (const Tensor& x : c.inputs)
+              if (IsFloat(x.dtype)) t.bytes += static_cast<int64_t>(x.nbytes());
+            for (const Tensor& y : p.outputs) t.bytes += static_cast<int64_t>(y.nbytes());
+            Row& row = RowOf(c);
+            row.timings.push_back(t);
+            row.timing_configs.push_back(c.note + (c.Layout().empty() ? "" : " " + c.Layout()));
+            row.timing_json.push_back(CaseJson(c));
           } catch (const std::exception& e) {
             Harness("timing case rejected: " + c.op + " " + c.note + ": " + e.what());
           }
