@@ -11,6 +11,8 @@ if [ ! -x .venv-notf/bin/python ]; then
   "$PYTHON" -m venv .venv-notf
   .venv-notf/bin/python -m pip install -q --upgrade pip
 fi
+# The CUDA variant where nvcc is on PATH, as scripts/setup.sh builds it (pip install's default is CPU-only).
+export TFOPS_CUDA=${TFOPS_CUDA:-$(command -v "${CUDACXX:-nvcc}" >/dev/null && echo ON || echo OFF)}
 .venv-notf/bin/python -m pip install -q . pytest
 if .venv-notf/bin/python -c "import tensorflow" 2>/dev/null; then
   echo "test_without_tf.sh: TensorFlow is importable in .venv-notf; this run would prove nothing" >&2
