@@ -9,6 +9,8 @@
 # TensorFlow's kernel mode is pinned by tests/conftest.py, so the result does not depend on the CPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The library variant setup.sh builds (CUDA kernels where nvcc is on PATH): the tests check the build followed it.
+export TFOPS_CUDA=${TFOPS_CUDA:-$(command -v "${CUDACXX:-nvcc}" >/dev/null && echo ON || echo OFF)}
 bash scripts/setup.sh
 export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2}
 # `pytest` (not `python -m pytest`) keeps the source tree off sys.path, so the tests import the

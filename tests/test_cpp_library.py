@@ -69,15 +69,25 @@ def test_a_cuda_build_has_a_cuda_kernel_for_every_cpu_kernel():
     assert ort_ops.cuda_kernels_built() == (count > 0)
 
 
-def test_pip_install_builds_the_cuda_kernels_where_nvcc_is():
-    """`pip install .` compiles the CUDA kernels exactly when a CUDA toolkit is on PATH (TFOPS_CUDA=AUTO, the
-    default), as on CI. Checks the installed package's library, whatever ORT_OPS_LIBRARY points the tests at."""
+def test_installed_library_is_the_build_that_was_asked_for():
+    """The installed library has CUDA kernels exactly as its build was asked: TFOPS_CUDA=ON builds them, OFF
+    does not, AUTO (pip's default) only once they have passed a GPU check (TFOPS_CUDA_GPU_CHECKED) and nvcc is
+    found. Where the environment names the choice (scripts/test.sh passes setup.sh's, ON where nvcc is on PATH:
+    CI's CUDA variant), the build must have followed it; otherwise the note the build left says what it chose.
+    Checks the installed package's library, whatever ORT_OPS_LIBRARY points the tests at."""
     from ort_ops.library import _installed_copy
 
     installed = _installed_copy()
     assert installed is not None, "the tests run against an installed ort-tf-ops (scripts/setup.sh)"
-    wanted = shutil.which("nvcc") is not None and os.environ.get("TFOPS_CUDA", "AUTO").upper() != "OFF"
-    assert ort_ops.cuda_kernels_built(installed) == wanted
+    info = ort_ops.cuda_build_info(installed)
+    assert info["tfops_cuda"] is not None, f"no build note beside {installed}"
+    asked = os.environ.get("TFOPS_CUDA", "").upper()
+    if asked:
+        assert info["tfops_cuda"].upper() == asked, info
+    choice = info["tfops_cuda"].upper()
+    nvcc = shutil.which(os.environ.get("CUDACXX", "nvcc")) is not None
+    wanted = choice == "ON" or (choice == "AUTO" and bool(info["gpu_checked"]) and nvcc)
+    assert ort_ops.cuda_kernels_built(installed) == wanted, info
 
 
 @pytest.mark.parametrize(
