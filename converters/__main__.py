@@ -83,7 +83,8 @@ def parse_args(argv=None):
     p.add_argument("--debug", action="store_true", help="print the traceback of an error")
     verify = p.add_argument_group("verification")
     verify.add_argument("--verify", action="store_true",
-                        help="run TF (its Eigen kernels) and ONNX Runtime on seeded random inputs and judge every output")
+                        help="run TF (its Eigen kernels) and ONNX Runtime on seeded random inputs and judge every "
+                        "output")
     verify.add_argument("--seed", type=int, default=0, help="seed of the --verify inputs")
     verify.add_argument("--verify-rtol", type=float, default=None, metavar="R",
                         help="relative tolerance of float outputs (default: a few ulps of the type, 1e-5 for float32)")

@@ -1,21 +1,54 @@
-"""Run TensorFlow and ONNX Runtime on the same seeded inputs and compare every output.
+"""Run TensorFlow and ONNX Runtime on the same seeded inputs and judge every output by what it is.
 
-Tolerances. Outputs produced by a quantization op (FakeQuant*, QuantizeAndDequantize*) and integer
-outputs must be bit-identical (NaN matches any NaN, +0 and -0 differ). Other float outputs pass
-where ``|ort - tf| <= rtol*|tf| + atol``. The default rtol is a few ulps of the element type
-(float32 1e-5, float64 1e-12, float16 1e-3, bfloat16 1e-2): batch norm and depthwise convolution
-are sums of products, and TF's default oneDNN kernels sum in a different order than a plain loop,
-which moves each result by a few ulps. The default atol is rtol times the largest |tf| of that
-output: gradients are sums whose terms cancel, so an element near zero can carry the rounding
-error of its large terms. Non-finite values must match exactly (inf by sign, NaN by position).
+TensorFlow's kernels. :func:`verify` compares with TF's Eigen kernels, the ones the project's exactness
+claims are made against (TF_ENABLE_ONEDNN_OPTS=0; the CLI pins it before importing TF). Where this process
+imported TF with oneDNN (TF's default on CPUs with AVX-512), the Eigen run happens in a child process and
+the report says so. With ``spread=True`` (default) TF's other kernel set (oneDNN) runs the same function on
+the same inputs in a child process (converters.verify_tf_child), and each output's ``max |eigen - onednn|``
+is reported next to ours: TF's own spread on this CPU.
 
-``compare_output`` also judges normwise (``||ort - tf|| <= c * ||tf||`` over the elements finite in
-both, with a noise floor for outputs that vanish in exact arithmetic), for graphs where elementwise
-agreement cannot hold (models/run_all.py says which and why).
+How each output is judged:
+
+* bit for bit: outputs of quantization ops (FakeQuant*, QuantizeAndDequantize*, recorded by the converter
+  or traced in the TF graph) and integer and boolean outputs. NaN matches any NaN; +0 and -0 differ.
+* a float output: ``|ort - tf| <= rtol*|tf|``, rtol a few ulps of the element type (DEFAULT_RTOL: float32
+  1e-5, float64 1e-12, float16 1e-3, bfloat16 1e-2).
+* a sum (a reduction, a gradient, a convolution, a matmul, anything computed from one): against the size
+  of what was summed, never against its own largest value:
+  ``|ort - tf| <= rtol*|tf| + sum_rtol * magnitude``, where ``magnitude`` is ``Σ|terms|`` per element,
+  propagated back through the graph (two levels of sums deep) by converters.verify_magnitude and computed by
+  ONNX Runtime on the same inputs. A gradient that vanishes in exact arithmetic (a bias in front of a batch
+  norm) is rounding noise on both sides and passes; a wrong one (a dropped epsilon, a flipped sign, a 1%
+  scale, a swapped output) moves by far more.
+
+  ``DEFAULT_SUM_RTOL``: float32 1e-5 (84 ulps of 1), float64 1e-12, float16 4e-3 and bfloat16 3e-2 (4 ulps:
+  their kernels accumulate in float32 and round once). Each term of a sum carries the differences of the
+  path that computed it, a few ulps per rounding on each side, which the magnitude accounts for; the
+  summation itself adds up to (n-1) ulps of the magnitude in the worst case, about sqrt(n) for random
+  rounding, log2(n) for the blocked and pairwise orders of Eigen, oneDNN and MLAS. Measured: the largest
+  ``|ort - tf| / magnitude`` on the training steps of Conv2D -> BatchNormalization -> ReLU -> Dense nets (six
+  seeds, both lowerings, against TF's Eigen and oneDNN kernels) is 12 ulps, so the default leaves a factor 7;
+  a real error fails unless the output cancels to below 1e-3 of its magnitude, where it is noise-sized.
+* every mode: shapes and dtypes must match, and non-finite values must match exactly (inf by sign, NaN by
+  position). Values below the type's smallest normal may differ (TF flushes subnormals to zero).
+
+TF's own spread. A deep network's training step is beyond any rounding bound of this kind: on MobileNetV2
+(alpha 0.35, 64x64, batch 4, random weights) TF's Eigen and oneDNN kernels differ by more than 1000 ulps of
+the magnitude on 40 to 130 of its 159 gradients (ReLU6 and batch-norm boundaries amplify the last bits), and
+ONNX Runtime is as far from Eigen as oneDNN is. A non-exact output outside its bound passes where the largest
+error among its elements outside the bound is at most TF's spread on that output (verdict "ok: within TF's
+own spread") or at most SPREAD_FACTOR (2) times it ("ok: within twice TF's own spread"). Bit-exact outputs
+are never judged by the spread.
+
+``compare_output`` (the judge of models/run_all.py and the tests) keeps its own rules: element-wise with
+``atol`` (default rtol times max|tf|) or normwise (``||ort - tf|| <= c * ||tf||`` over the elements finite in
+both, with a noise floor for outputs that vanish in exact arithmetic).
 """
 from __future__ import annotations
 
 import dataclasses
+import json
+import logging
 from typing import Optional
 
 import numpy as np
@@ -26,6 +59,17 @@ from converters.family import QUANTIZATION_OPS
 from ort_ops.schemas import DOMAIN
 
 DEFAULT_RTOL = {"float32": 1e-5, "float64": 1e-12, "float16": 1e-3, "bfloat16": 1e-2}
+# Sums: times the magnitude of what was summed (see the module docstring for the reasons).
+DEFAULT_SUM_RTOL = {"float32": 1e-5, "float64": 1e-12, "float16": 4e-3, "bfloat16": 3e-2}
+# ONNX Runtime's own messages during verification: errors only (a trainable input with a same-name
+# initializer is deliberate, see converters.variable_state, and ORT warns once per such input).
+VERIFY_LOG_SEVERITY = 3
+# "Within TF's own spread": the largest error among an output's elements outside their bound is at most this many
+# times TF's spread on that output (two other implementations, each as far from Eigen as oneDNN is, can be twice
+# as far from each other, and on a given output ORT may be the farther one).
+SPREAD_FACTOR = 2.0
+
+logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
@@ -48,6 +92,18 @@ class OutputCheck:
     nonfinite_match: bool = True  # every inf and NaN of either side sits where the other has the same one
     normwise: Optional[float] = None  # judged normwise with this c
     normwise_err: float = 0.0  # ||ort - tf|| / max(||tf||, noise floor) when judged normwise
+    # Filled by verify():
+    kind: str = ""  # "bits", "float" or "sum" (how verify judged it)
+    sum_rtol: float = 0.0  # sums: times the magnitude of what was summed
+    bound: float = 0.0  # the error allowed at the element that came closest to (or went furthest past) its bound
+    spread: Optional[float] = None  # max |TF Eigen - TF oneDNN| of this output (None: not measured)
+    spread_note: str = ""  # why the spread is missing or not comparable
+    within_spread: bool = False  # outside its bound, but no further from TF than TF's kernel sets are apart
+    verdict: str = ""
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
 
     @property
     def tolerance(self) -> str:
@@ -55,40 +111,101 @@ class OutputCheck:
             return "bit-exact"
         if self.normwise is not None:
             return f"normwise {self.normwise:g} (got {self.normwise_err:.1e})"
+        if self.kind == "sum":
+            extra = f" + {self.atol:.1e}" if self.atol else ""
+            return f"rtol {self.rtol:.0e} + {self.sum_rtol:.0e}·Σ|terms|{extra}"
+        if self.kind == "float":
+            return f"rtol {self.rtol:.0e}" + (f" + {self.atol:.1e}" if self.atol else "")
         return f"rtol={self.rtol:.0e} atol={self.atol:.2e}"
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name, "shape": list(self.shape), "dtype": self.dtype, "judged_as": self.kind or self.tolerance,
+            "tolerance": self.tolerance, "rtol": self.rtol, "sum_rtol": self.sum_rtol, "atol": self.atol,
+            "elements": self.size, "identical": self.size - self.n_differing if self.same_type else 0,
+            "outside": self.n_outside, "max_abs_err": _finite_or_none(self.max_abs_err),
+            "max_rel_err": _finite_or_none(self.max_rel_err), "bound": self.bound,
+            "tf_spread": None if self.spread is None else _finite_or_none(self.spread),
+            "tf_spread_note": self.spread_note, "within_tf_spread": self.within_spread, "ok": self.ok,
+            "verdict": self.verdict or ("ok" if self.ok else "FAIL"), "note": self.note,
+        }
+
+
+def _finite_or_none(x):
+    return float(x) if np.isfinite(x) else None
+
+
+def _short(x: float) -> str:
+    return "0" if x == 0 else f"{x:.1e}"
 
 
 @dataclasses.dataclass
 class VerifyReport:
     outputs: list
     inputs: dict
+    notes: list = dataclasses.field(default_factory=list)  # lines about the run (TF's kernels, the spread child)
+    tf_reference: str = ""  # which TF kernels the outputs were judged against, and where they ran
+    tf_spread: str = ""  # how TF's spread was measured, or why not
 
     @property
     def ok(self) -> bool:
         return all(c.ok for c in self.outputs)
 
     def table(self) -> str:
-        header = ("output", "shape", "dtype", "max abs err", "max rel err", "#differing", "#outside", "tolerance", "ok")
-        rows = [
-            (
+        header = ("output", "shape", "dtype", "identical", "max abs err", "bound", "judged as", "TF spread", "verdict")
+        rows = []
+        for c in self.outputs:
+            if c.spread is not None:
+                spread = _short(c.spread)
+            else:
+                spread = "n/a" if c.spread_note else "-"
+            rows.append((
                 c.name,
                 "x".join(map(str, c.shape)) or "scalar",
                 c.dtype,
-                f"{c.max_abs_err:.3e}",
-                f"{c.max_rel_err:.3e}",
-                str(c.n_differing),
-                str(c.n_outside),
-                c.tolerance,
-                ("ok" if c.ok else "FAIL") + (f" ({c.note})" if c.note else ""),
-            )
-            for c in self.outputs
-        ]
+                f"{c.size - c.n_differing}/{c.size}" if c.same_type else "-",
+                _short(c.max_abs_err),
+                "0" if c.exact else _short(c.bound),
+                "bit-exact" if c.exact else (c.kind or c.tolerance),
+                spread,
+                c.verdict or (("ok" if c.ok else "FAIL") + (f" ({c.note})" if c.note else "")),
+            ))
         widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
-        lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths))]
+        lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip()]
         lines.append("  ".join("-" * w for w in widths))
-        lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in rows]
+        lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
+        lines += self._legend()
+        lines += [line for line in (self.tf_reference, self.tf_spread, *self.notes) if line]
         lines.append("verification " + ("passed" if self.ok else "FAILED"))
         return "\n".join(lines)
+
+    def _legend(self) -> list:
+        judged = [c for c in self.outputs if c.kind in ("float", "sum") and c.same_type]
+        if not judged:
+            return []
+        settings = {}
+        for c in judged:
+            entry = settings.setdefault(c.dtype, [f"rtol {c.rtol:.0e}"])
+            if c.kind == "sum" and len(entry) == 1:
+                entry.append(f"sum_rtol {c.sum_rtol:.0e}")
+            if c.atol and f"atol {c.atol:.0e}" not in entry:
+                entry.append(f"atol {c.atol:.0e}")
+        per_type = "; ".join(f"{dtype}: {', '.join(v)}" for dtype, v in settings.items())
+        return [f"float: |ort - tf| <= rtol*|tf|; sum: <= rtol*|tf| + sum_rtol*Σ|terms| (the magnitude of what was "
+                f"summed); {per_type}",
+                "bound: the error allowed at the element nearest its bound; TF spread: max |TF Eigen - TF oneDNN|"]
+
+    def to_dict(self) -> dict:
+        return {"ok": self.ok, "tf_reference": self.tf_reference, "tf_spread": self.tf_spread,
+                "notes": list(self.notes), "outputs": [c.to_dict() for c in self.outputs]}
+
+    def to_json(self, path=None) -> str:
+        """The report as JSON (one entry per output, in the model's output order); written to ``path`` if given."""
+        text = json.dumps(self.to_dict(), indent=2)
+        if path is not None:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text + "\n")
+        return text
 
     def __str__(self) -> str:
         return self.table()
@@ -187,6 +304,107 @@ def compare_output(name, expected, actual, exact=False, rtol=None, atol=None, at
                        nonfinite_match=nonfinite_match)
 
 
+def _tiny(dtype) -> float:
+    """The smallest normal number of a float dtype: TF flushes subnormal results to zero, ORT may not."""
+    try:
+        return float(np.finfo(dtype).tiny)
+    except (TypeError, ValueError):
+        import ml_dtypes
+
+        return float(ml_dtypes.finfo(dtype).tiny)
+
+
+def judge_output(name, expected, actual, exact=False, rtol=None, sum_rtol=None, atol=None, magnitude=None,
+                 other_tf=None) -> OutputCheck:
+    """Judge one output as :func:`verify` does (see the module docstring).
+
+    ``expected``: TF's reference (Eigen); ``actual``: ORT's. ``exact`` (and any non-float output): bit for bit.
+    Otherwise ``|ort - tf| <= rtol*|tf| + atol + tiny``, plus ``sum_rtol * magnitude`` where ``magnitude``
+    (Σ|terms| per element, converters.verify_magnitude) is given: the output is then judged as a sum.
+    ``other_tf``: TF's other kernel set (oneDNN) on the same inputs, for TF's spread.
+    """
+    expected, actual = np.asarray(expected), np.asarray(actual)
+    dtype = expected.dtype.name
+    is_float = expected.dtype.kind == "f" or dtype == "bfloat16"
+    exact = exact or not is_float
+    if exact or expected.shape != actual.shape or expected.dtype != actual.dtype:
+        check = compare_output(name, expected, actual, exact=exact, rtol=rtol, atol=0.0)
+        check.kind = "bits" if exact else ("sum" if magnitude is not None else "float")
+        check.atol = 0.0
+        inside = None
+    else:
+        rtol = DEFAULT_RTOL.get(dtype, 1e-5) if rtol is None else float(rtol)
+        atol = 0.0 if atol is None else float(atol)
+        same = same_bits(expected, actual)
+        err, max_abs, max_rel = error_stats(expected, actual)
+        e64, a64 = expected.astype(np.float64), actual.astype(np.float64)
+        finite = np.isfinite(e64) & np.isfinite(a64)
+        bound = rtol * np.abs(np.where(finite, e64, 0.0)) + atol + _tiny(expected.dtype)
+        kind, note = "float", ""
+        if magnitude is not None:
+            magnitude = np.asarray(magnitude, np.float64)
+            if magnitude.shape == expected.shape:
+                kind = "sum"
+                sum_rtol = DEFAULT_SUM_RTOL.get(dtype, 1e-5) if sum_rtol is None else float(sum_rtol)
+                usable = np.isfinite(magnitude)  # an overflowed magnitude would accept anything: not used
+                bound = bound + sum_rtol * np.where(usable, np.abs(magnitude), 0.0)
+                if not usable.all():
+                    note = f"magnitude not finite at {int(np.count_nonzero(~usable))} elements (judged by rtol there)"
+            else:
+                note = f"magnitude of shape {list(magnitude.shape)} ignored"
+        value_equal = (a64 == e64) | (np.isnan(a64) & np.isnan(e64))
+        inside = value_equal | (finite & (err <= bound))
+        n_outside = int(np.count_nonzero(~inside))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(err > 0, err / bound, 0.0)
+        ratio = np.where(inside, ratio, np.inf)
+        worst = int(np.argmax(ratio)) if ratio.size else 0
+        check = OutputCheck(
+            name, expected.shape, dtype, False, rtol, atol, max_abs, max_rel, int(np.count_nonzero(~same)), n_outside,
+            n_outside == 0, note, nonfinite_match=bool(np.all(same | finite)), kind=kind,
+            sum_rtol=sum_rtol if kind == "sum" else 0.0, bound=float(bound.flat[worst]) if bound.size else 0.0,
+        )
+    if other_tf is not None:
+        _measure_spread(check, expected, np.asarray(other_tf))
+    if not check.ok and not check.exact and inside is not None and check.nonfinite_match and check.spread is not None \
+            and not check.spread_note:
+        _, err_outside, _ = error_stats(expected[~inside], actual[~inside])
+        if err_outside <= SPREAD_FACTOR * check.spread:
+            check.ok = check.within_spread = True
+            check.verdict = "ok: within TF's own spread" if err_outside <= check.spread else \
+                "ok: within twice TF's own spread"
+            return check
+    check.verdict = _verdict(check)
+    return check
+
+
+def _measure_spread(check: OutputCheck, eigen, onednn) -> None:
+    if eigen.shape != onednn.shape or eigen.dtype != onednn.dtype:
+        check.spread_note = (f"TF's kernel sets give {eigen.dtype.name}{list(eigen.shape)} and "
+                             f"{onednn.dtype.name}{list(onednn.shape)}")
+        return
+    if eigen.dtype.kind not in "fc" and eigen.dtype.name != "bfloat16":
+        check.spread = float(np.count_nonzero(eigen != onednn))
+        return
+    _, spread, _ = error_stats(eigen, onednn)
+    check.spread = spread
+    e64, o64 = eigen.astype(np.float64), onednn.astype(np.float64)
+    if not np.all((np.isfinite(e64) & np.isfinite(o64)) | (e64 == o64) | (np.isnan(e64) & np.isnan(o64))):
+        check.spread_note = "TF's kernel sets disagree on non-finite values"
+
+
+def _verdict(c: OutputCheck) -> str:
+    if c.ok:
+        return "ok"
+    if not c.same_type:
+        return f"FAIL: {c.note}"
+    what = "differ in bits" if c.exact else "outside"
+    text = f"FAIL: {c.n_outside} of {c.size} {what}"
+    if not c.nonfinite_match:
+        text += " (non-finite values misplaced)"
+    return text
+
+
 def _random_value(rng, elem_type, dims):
     dtype = onnx.helper.tensor_dtype_to_np_dtype(elem_type)
     shape = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 2 for d in dims]
@@ -229,9 +447,9 @@ def session(onnx_model, threads: Optional[int] = None, log_severity_level: Optio
     return ort.InferenceSession(onnx_model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 
-def run_onnx(onnx_model, inputs: dict, threads: Optional[int] = None) -> dict:
+def run_onnx(onnx_model, inputs: dict, threads: Optional[int] = None, log_severity_level: Optional[int] = None) -> dict:
     """Run the model in ONNX Runtime's CPU provider (see :func:`session`); outputs by name."""
-    sess = session(onnx_model, threads)
+    sess = session(onnx_model, threads, log_severity_level)
     names = [o.name for o in sess.get_outputs()]
     return dict(zip(names, sess.run(names, inputs)))
 
@@ -267,6 +485,41 @@ def _run_tf(cf, inputs: dict):
     return result
 
 
+def _one_line(e: BaseException) -> str:
+    return " ".join(f"{type(e).__name__}: {e}".split())[:300]
+
+
+def _run_other_tf(mode, source, source_error, inputs, keys):
+    """(TF's outputs in ``mode`` by name from the child, or None; the reason when None)."""
+    from converters import verify_tf_child
+
+    if source is None:
+        return None, f"the function could not be handed to a child process ({source_error})"
+    try:
+        flat = verify_tf_child.run_in_mode(mode, source, inputs)
+    except verify_tf_child.ChildError as e:
+        return None, str(e)
+    if len(flat) != len(keys):
+        return None, f"the child's function returned {len(flat)} outputs, {len(keys)} expected"
+    return dict(zip(keys, flat)), ""
+
+
+def _magnitudes(onnx_model, names, inputs, threads):
+    """({output: Σ|terms| per element} for the outputs with a sum upstream, a note when that failed)."""
+    from converters.verify_magnitude import companion
+
+    if not names:
+        return {}, ""
+    try:
+        comp = companion(onnx_model, names)
+        if not comp.outputs:
+            return {}, ""
+        values = run_onnx(comp.model, inputs, threads, VERIFY_LOG_SEVERITY)
+    except Exception as e:  # noqa: BLE001 - the verdicts say what this costs
+        return {}, f"the magnitudes of sums could not be computed ({_one_line(e)}); sums were judged as plain floats"
+    return {name: values[mag] for name, mag in comp.outputs.items()}, ""
+
+
 def verify(
     onnx_model,
     tf_fn,
@@ -277,17 +530,29 @@ def verify(
     exact_outputs=None,
     threads: Optional[int] = None,
     print_table: bool = True,
+    sum_rtol: Optional[float] = None,
+    spread: bool = True,
+    json_path=None,
+    tf_source: Optional[dict] = None,
 ) -> VerifyReport:
-    """Run ``tf_fn`` and ``onnx_model`` on the same inputs and compare each output.
+    """Run ``tf_fn`` and ``onnx_model`` on the same inputs and judge each output (see the module docstring).
 
-    ``inputs``: a dict by ONNX input name, a list in ONNX input order, or None for
-    :func:`random_inputs` with ``seed``. ``exact_outputs``: names to hold bit-exact in addition to
-    the outputs of quantization ops (found by tracing the TF graph). Prints the table unless
-    ``print_table`` is false; ``report.ok`` says whether every output is within tolerance.
+    ``inputs``: a dict by ONNX input name, a list in ONNX input order, or None for :func:`random_inputs` with
+    ``seed``. ``exact_outputs``: names to hold bit-exact in addition to the outputs of quantization ops (found
+    by tracing the TF graph). ``rtol``: the float tolerance (default DEFAULT_RTOL of the output's type);
+    ``sum_rtol``: a sum's tolerance in units of the magnitude of what was summed (default DEFAULT_SUM_RTOL);
+    ``atol``: an absolute slack added to every float bound (default none). ``spread``: also run TF's oneDNN
+    kernels in a child process and report TF's own spread (costs a TF import there, once per process).
+    ``tf_source``: how the child loads the function (see converters.verify_tf_child; default: ``tf_fn``
+    frozen to a GraphDef). ``json_path``: also write :meth:`VerifyReport.to_json` there. Prints the table
+    unless ``print_table`` is false; ``report.ok`` says whether every output passed.
     """
     import tensorflow as tf
 
-    graph_inputs = [vi.name for vi in onnx_model.graph.input if vi.name not in {t.name for t in onnx_model.graph.initializer}]
+    from converters import verify_tf_child
+
+    initializers = {t.name for t in onnx_model.graph.initializer}
+    graph_inputs = [vi.name for vi in onnx_model.graph.input if vi.name not in initializers]
     if inputs is None:
         inputs = random_inputs(onnx_model, seed)
     elif not isinstance(inputs, dict):
@@ -295,32 +560,76 @@ def verify(
     inputs = {name: np.asarray(inputs[name]) for name in graph_inputs}
 
     cf = _concrete_function(tf_fn, inputs)
+    mode = verify_tf_child.process_mode() or "eigen"
+    child_mode = "onednn" if mode == "eigen" else "eigen"
+    need_child = spread or mode == "onednn"  # oneDNN here: the Eigen reference must come from a child
+    source, source_error = tf_source, ""
+    if need_child and source is None:
+        try:
+            source = verify_tf_child.frozen_source(cf)  # before the run below: a training step assigns variables
+        except Exception as e:  # noqa: BLE001 - reported in one line
+            source_error = _one_line(e)
+
     result = _run_tf(cf, inputs)
     onnx_names = [o.name for o in onnx_model.graph.output]
     # cf.outputs are the graph tensors of the flattened structured outputs, in the same order.
     graph_outputs = [t for t in cf.outputs if t.dtype != tf.dtypes.resource]
     if isinstance(result, dict):
         keys = tf.nest.flatten({k: k for k in result})
-        tf_values = {k: np.asarray(v) for k, v in result.items()}
-        producers = dict(zip(keys, (producer_type(t) for t in graph_outputs)))
+        here = {k: np.asarray(v) for k, v in result.items()}
     else:
         flat_values = [np.asarray(v) for v in tf.nest.flatten(result)]
         if len(flat_values) != len(onnx_names):
             raise ValueError(f"TF returned {len(flat_values)} outputs, the ONNX model has {len(onnx_names)}")
-        tf_values = dict(zip(onnx_names, flat_values))
-        producers = dict(zip(onnx_names, (producer_type(t) for t in graph_outputs)))
+        keys = list(onnx_names)
+        here = dict(zip(keys, flat_values))
+    producers = dict(zip(keys, (producer_type(t) for t in graph_outputs)))
+    for name in onnx_names:
+        if name not in here:
+            raise ValueError(f"ONNX output {name!r} has no TF counterpart (TF outputs: {sorted(here)})")
 
-    ort_values = run_onnx(onnx_model, inputs, threads)
+    other, other_error = (None, "")
+    if need_child:
+        other, other_error = _run_other_tf(child_mode, source, source_error, inputs, keys)
+    if mode == "eigen":
+        reference, onednn = here, other
+        tf_reference = "TF reference: Eigen kernels (TF_ENABLE_ONEDNN_OPTS=0), in this process"
+        if not spread:
+            tf_spread = "TF spread: not measured (spread off)"
+        elif other is not None:
+            tf_spread = "TF spread: oneDNN kernels (TF_ENABLE_ONEDNN_OPTS=1) in a child process, same inputs"
+        else:
+            tf_spread = f"TF spread: not measured, the oneDNN run failed: {other_error}"
+    elif other is not None:
+        reference, onednn = other, here
+        tf_reference = ("TF reference: Eigen kernels, in a child process (this process imported TF with oneDNN on; "
+                        "set TF_ENABLE_ONEDNN_OPTS=0 before importing TF to run Eigen here)")
+        tf_spread = "TF spread: oneDNN kernels, in this process"
+    else:
+        reference, onednn = here, None
+        tf_reference = (f"TF reference: oneDNN kernels, in this process: TF was imported with oneDNN on and the "
+                        f"Eigen run failed ({other_error}); the project's exactness claims are made against Eigen")
+        tf_spread = "TF spread: not measured"
+
+    ort_values = run_onnx(onnx_model, inputs, threads, VERIFY_LOG_SEVERITY)
     # Quantization outputs: those the converter recorded (it traced the frozen graph, which sees
     # through SavedModel call wrappers) and those traced here in the TF function's own graph.
     exact_names = set(exact_outputs or ()) | recorded_exact_outputs(onnx_model)
-    checks = []
-    for name in onnx_names:
-        if name not in tf_values:
-            raise ValueError(f"ONNX output {name!r} has no TF counterpart (TF outputs: {sorted(tf_values)})")
-        exact = name in exact_names or producers.get(name) in QUANTIZATION_OPS
-        checks.append(compare_output(name, tf_values[name], ort_values[name], exact, rtol, atol))
-    report = VerifyReport(checks, inputs)
+    exact = {name: name in exact_names or producers.get(name) in QUANTIZATION_OPS for name in onnx_names}
+    notes = []
+    floats = [n for n in onnx_names
+              if not exact[n] and (reference[n].dtype.kind == "f" or reference[n].dtype.name == "bfloat16")]
+    magnitudes, magnitude_note = _magnitudes(onnx_model, floats, inputs, threads)
+    if magnitude_note:
+        notes.append(magnitude_note)
+    checks = [
+        judge_output(name, reference[name], ort_values[name], exact[name], rtol, sum_rtol, atol, magnitudes.get(name),
+                     None if onednn is None else onednn.get(name))
+        for name in onnx_names
+    ]
+    report = VerifyReport(checks, inputs, notes, tf_reference, tf_spread)
+    if json_path is not None:
+        report.to_json(json_path)
     if print_table:
         print(report.table())
     return report
@@ -331,6 +640,7 @@ def verify_saved_model(path, onnx_model, signature_key="serving_default", tags=N
     import tensorflow as tf
 
     loaded = tf.saved_model.load(str(path), tags=tags)
+    kw.setdefault("tf_source", {"kind": "saved_model", "path": str(path), "signature_key": signature_key, "tags": tags})
     try:
         return verify(onnx_model, loaded.signatures[signature_key], **kw)
     finally:
@@ -355,9 +665,12 @@ def verify_graph_def(graph_def, input_names, output_names, onnx_model, **kw) -> 
         from converters.frontends import load_graph_def
 
         graph_def = load_graph_def(graph_def)
+    kw.setdefault("tf_source", {"kind": "graph_def", "graph_def": graph_def.SerializeToString(),
+                                "inputs": list(input_names), "outputs": list(output_names)})
     return verify(onnx_model, graph_def_function(graph_def, input_names, output_names), **kw)
 
 
 def verify_keras(model, onnx_model, **kw) -> VerifyReport:
-    """verify() against a Keras model called with training=False."""
+    """verify() against a Keras model called with training=False (pass ``tf_source={"kind": "keras", "path":
+    FILE}`` when the model came from a file, so that the child loads the file rather than a frozen copy)."""
     return verify(onnx_model, model, **kw)
