@@ -1,6 +1,7 @@
 // The ORT-facing half of the adapter framework (see op_base.h).
 #include "ort/op_base.h"
 
+#include <algorithm>
 #include <atomic>
 #include <climits>
 #include <cstdio>
@@ -406,7 +407,13 @@ std::string ShapeInference::String(const char* name) const {
     Api().ReleaseStatus(status);
     return default_value;
   }
-  value.resize(bytes);
+  value.resize(std::min(bytes, value.size()));
+  // Up to ONNX Runtime 1.22, ReadOpAttr writes a terminating NUL and counts it ("NCHW" is 5 bytes); from
+  // 1.23 on it counts the characters only. Kept, the NUL made every string compare unequal there (batch
+  // norm's "NCHW\0" read as NHWC: statistics declared with the last axis's size; depthwise's padding
+  // unknown: no output shape). Attribute strings hold no NUL of their own, so the first one ends the value.
+  const std::size_t end = value.find('\0');
+  if (end != std::string::npos) value.resize(end);
   return value;
 }
 
