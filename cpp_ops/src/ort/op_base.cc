@@ -474,7 +474,7 @@ OrtStatus* ErrorStatus(const char* op, const OrtKernelInfo* info, const std::exc
 
 void FillCommon(OrtCustomOp* op) {
   std::memset(static_cast<void*>(op), 0, sizeof(OrtCustomOp));
-  op->version = ORT_API_VERSION;
+  op->version = kRequiredApiVersion;  // the fields filled here are those of API 17 (op_base.h)
   op->GetExecutionProviderType = [](const OrtCustomOp*) { return "CPUExecutionProvider"; };
   op->GetInputCharacteristic = [](const OrtCustomOp*, std::size_t) {
     return INPUT_OUTPUT_REQUIRED;

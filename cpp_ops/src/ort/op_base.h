@@ -69,7 +69,23 @@ namespace ort {
 
 // ---------------------------------------------------------------- API table and errors
 
-// The API table ORT handed to RegisterCustomOps (the version of the headers we were built with).
+// The C API version the library asks the runtime for, and the version every OrtCustomOp declares: 17
+// (ONNX Runtime 1.17). The entries that decide it are custom-op shape inference (OrtCustomOp's
+// InferOutputShapeFn, and ShapeInferContext_*, SetSymbolicDimensions and ReadOpAttr, which it calls) and
+// KernelContext_ParallelFor, all new in API 17; every other entry and OrtCustomOp field the library uses
+// is older (KernelInfo_GetNodeName 15, CreateKernelV2/KernelComputeV2 16, the rest 14 or before). The
+// OrtCustomOps fill the fields up to GetEndVersion (API 17) and nothing newer, so a runtime of any
+// version from 1.17 on reads the same struct, and none refuses it (a runtime rejects ops that declare a
+// version newer than its own).
+constexpr uint32_t kRequiredApiVersion = 17;
+// The CUDA kernels also call KernelInfoGetAllocator (API 18) for their device scratch: RegisterCustomOps
+// adds them to the domain only where the runtime offers API 18 (on 1.17 the domain's nodes of a CUDA
+// session run on the CPU).
+constexpr uint32_t kCudaApiVersion = 18;
+static_assert(ORT_API_VERSION >= kCudaApiVersion, "the ONNX Runtime headers are older than the API the library uses");
+
+// The API table ORT handed to RegisterCustomOps (the runtime's table, asked for kRequiredApiVersion: call
+// nothing newer than that without checking that the runtime has it).
 const OrtApi& Api();
 void SetApi(const OrtApi* api);
 

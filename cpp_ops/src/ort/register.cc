@@ -6,6 +6,7 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "kernels/simd.h"
 #include "ort/op_base.h"
@@ -20,14 +21,29 @@ constexpr const char* kDomain = "ai.onnx.converters.tensorflow";
 OrtCustomOpDomain* g_domain = nullptr;
 std::mutex g_domain_mutex;
 
-OrtStatus* BuildDomain(const OrtApi& api) {
+bool OnCuda(const OrtCustomOp* op) {
+  return std::strcmp(op->GetExecutionProviderType(op), "CUDAExecutionProvider") == 0;
+}
+
+OrtStatus* BuildDomain(const OrtApiBase& api_base, const OrtApi& api) {
   // A library whose registrations drifted from the specs' op table refuses to load rather than
   // offer types or ops the converters and the Python side do not know.
-  const std::string drift = tfops::ort::op_table::CheckRegisteredOps(tfops::ort::RegisteredOps());
+  const std::vector<const OrtCustomOp*>& ops = tfops::ort::RegisteredOps();
+  const std::string drift = tfops::ort::op_table::CheckRegisteredOps(ops);
   if (!drift.empty()) return api.CreateStatus(ORT_FAIL, ("libort_tf_ops: " + drift).c_str());
+  // The CUDA kernels need API 18 (op_base.h): asked only by a build that has them (a runtime without it
+  // prints a line on stderr when asked), and without it they stay out of the domain.
+  bool cuda_api = false;
+  for (const OrtCustomOp* op : ops) {
+    if (OnCuda(op)) {
+      cuda_api = api_base.GetApi(tfops::ort::kCudaApiVersion) != nullptr;
+      break;
+    }
+  }
   OrtCustomOpDomain* domain = nullptr;
   if (OrtStatus* s = api.CreateCustomOpDomain(kDomain, &domain)) return s;
-  for (const OrtCustomOp* op : tfops::ort::RegisteredOps()) {
+  for (const OrtCustomOp* op : ops) {
+    if (OnCuda(op) && !cuda_api) continue;
     if (OrtStatus* s = api.CustomOpDomain_Add(domain, op)) {
       api.ReleaseCustomOpDomain(domain);
       return s;
@@ -37,25 +53,31 @@ OrtStatus* BuildDomain(const OrtApi& api) {
   return nullptr;
 }
 
+// A runtime without the API the library needs: say so with the oldest API table, which every runtime has.
+OrtStatus* RuntimeTooOld(const OrtApiBase& api_base) {
+  const OrtApi* oldest = api_base.GetApi(1);
+  if (oldest == nullptr) return nullptr;  // not an ONNX Runtime we could report to
+  const char* version = api_base.GetVersionString != nullptr ? api_base.GetVersionString() : nullptr;
+  const std::string needed = std::to_string(tfops::ort::kRequiredApiVersion);
+  const std::string message = std::string("libort_tf_ops: onnxruntime ") + (version != nullptr ? version : "(unknown version)") +
+                              " is too old: the library needs ONNX Runtime's C API " + needed +
+                              ", i.e. onnxruntime 1." + needed + " or newer";
+  return oldest->CreateStatus(ORT_FAIL, message.c_str());
+}
+
 }  // namespace
 
 extern "C" __attribute__((visibility("default"))) OrtStatus* ORT_API_CALL
 RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* api_base) {
   if (api_base == nullptr) return nullptr;  // nothing to report an error with; ORT never does this
-  const OrtApi* api = api_base->GetApi(ORT_API_VERSION);
-  if (api == nullptr) {
-    // A runtime older than our headers: report it with the oldest API table, which every runtime has.
-    const OrtApi* oldest = api_base->GetApi(1);
-    if (oldest == nullptr) return nullptr;
-    const std::string message = std::string("libort_tf_ops: onnxruntime older than the headers this library was built with (API ") +
-                                std::to_string(ORT_API_VERSION) + "): the runtime is " + api_base->GetVersionString() +
-                                ", use onnxruntime 1." + std::to_string(ORT_API_VERSION) + " or newer";
-    return oldest->CreateStatus(ORT_FAIL, message.c_str());
-  }
+  // The API the library needs, not the headers' (ORT_API_VERSION): any newer runtime hands out the same
+  // table, and the library calls nothing newer unchecked (op_base.h).
+  const OrtApi* api = api_base->GetApi(tfops::ort::kRequiredApiVersion);
+  if (api == nullptr) return RuntimeTooOld(*api_base);
   std::lock_guard<std::mutex> lock(g_domain_mutex);
   tfops::ort::SetApi(api);
   if (g_domain == nullptr) {
-    if (OrtStatus* s = BuildDomain(*api)) return s;
+    if (OrtStatus* s = BuildDomain(*api_base, *api)) return s;
   }
   return api->AddCustomOpDomain(options, g_domain);
 }
@@ -64,7 +86,7 @@ RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* api_base) {
 extern "C" __attribute__((visibility("default"))) int TfOpsCudaKernelCount(void) {
   int count = 0;
   for (const OrtCustomOp* op : tfops::ort::RegisteredOps()) {
-    if (std::strcmp(op->GetExecutionProviderType(op), "CUDAExecutionProvider") == 0) ++count;
+    if (OnCuda(op)) ++count;
   }
   return count;
 }
