@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
+import os
 from typing import Optional
 
 import numpy as np
@@ -56,6 +56,9 @@ import onnx
 
 from converters.exact_outputs import producer_type, recorded_exact_outputs
 from converters.family import QUANTIZATION_OPS
+from converters.verify_tf import concrete_function as _concrete_function
+from converters.verify_tf import graph_def_function  # noqa: F401 - part of this module's API
+from converters.verify_tf import run_tf as _run_tf
 from ort_ops.schemas import DOMAIN
 
 DEFAULT_RTOL = {"float32": 1e-5, "float64": 1e-12, "float16": 1e-3, "bfloat16": 1e-2}
@@ -68,8 +71,6 @@ VERIFY_LOG_SEVERITY = 3
 # times TF's spread on that output (two other implementations, each as far from Eigen as oneDNN is, can be twice
 # as far from each other, and on a given output ORT may be the farther one).
 SPREAD_FACTOR = 2.0
-
-logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
@@ -454,37 +455,6 @@ def run_onnx(onnx_model, inputs: dict, threads: Optional[int] = None, log_severi
     return dict(zip(names, sess.run(names, inputs)))
 
 
-def _concrete_function(tf_fn, inputs: dict):
-    """A ConcreteFunction for ``tf_fn`` (tf.function, ConcreteFunction or Keras model) at these inputs."""
-    import tensorflow as tf
-    from tensorflow.python.eager.polymorphic_function.concrete_function import ConcreteFunction
-
-    if isinstance(tf_fn, ConcreteFunction):
-        return tf_fn
-    if hasattr(tf_fn, "get_concrete_function"):
-        specs = [tf.TensorSpec(v.shape, tf.as_dtype(v.dtype)) for v in inputs.values()]
-        return tf_fn.get_concrete_function(*specs)
-    if hasattr(tf_fn, "layers") and hasattr(tf_fn, "inputs"):
-        from converters.frontends import keras_concrete_function
-
-        specs = [tf.TensorSpec(v.shape, tf.as_dtype(v.dtype)) for v in inputs.values()]
-        return keras_concrete_function(tf_fn, specs)
-    raise TypeError(f"verify needs a tf.function, a ConcreteFunction or a Keras model, got {type(tf_fn).__name__}")
-
-
-def _run_tf(cf, inputs: dict):
-    """Call ``cf``; keyword-only signatures (SavedModel signatures) get the inputs by name."""
-    import tensorflow as tf
-
-    args, kwargs = cf.structured_input_signature or ((), {})  # None for pruned (GraphDef) functions
-    values = [tf.constant(v) for v in inputs.values()]
-    if not args and kwargs:
-        result = cf(**dict(zip(inputs.keys(), values)))
-    else:
-        result = cf(*values)
-    return result
-
-
 def _one_line(e: BaseException) -> str:
     return " ".join(f"{type(e).__name__}: {e}".split())[:300]
 
@@ -640,23 +610,12 @@ def verify_saved_model(path, onnx_model, signature_key="serving_default", tags=N
     import tensorflow as tf
 
     loaded = tf.saved_model.load(str(path), tags=tags)
-    kw.setdefault("tf_source", {"kind": "saved_model", "path": str(path), "signature_key": signature_key, "tags": tags})
+    kw.setdefault("tf_source", {"kind": "saved_model", "path": os.path.abspath(str(path)), "signature_key": signature_key,
+                                "tags": tags})
     try:
         return verify(onnx_model, loaded.signatures[signature_key], **kw)
     finally:
         del loaded  # the signature function needs the loaded object alive until here
-
-
-def graph_def_function(graph_def, input_names, output_names):
-    """A ConcreteFunction running ``graph_def`` from ``input_names`` to ``output_names`` (tensor names)."""
-    import tensorflow as tf
-
-    def _import():
-        tf.compat.v1.import_graph_def(graph_def, name="")
-
-    wrapped = tf.compat.v1.wrap_function(_import, [])
-    g = wrapped.graph
-    return wrapped.prune([g.as_graph_element(n) for n in input_names], [g.as_graph_element(n) for n in output_names])
 
 
 def verify_graph_def(graph_def, input_names, output_names, onnx_model, **kw) -> VerifyReport:
@@ -671,6 +630,6 @@ def verify_graph_def(graph_def, input_names, output_names, onnx_model, **kw) -> 
 
 
 def verify_keras(model, onnx_model, **kw) -> VerifyReport:
-    """verify() against a Keras model called with training=False (pass ``tf_source={"kind": "keras", "path":
-    FILE}`` when the model came from a file, so that the child loads the file rather than a frozen copy)."""
+    """verify() against a Keras model called with training=False (TF's other kernel set runs a frozen copy; pass
+    ``tf_source={"kind": "keras", "path": FILE}`` to have it load a tf_keras file instead)."""
     return verify(onnx_model, model, **kw)

@@ -9,7 +9,7 @@ reference.
 The child gets a description of the function it can load on its own (``source``):
 
 * ``{"kind": "saved_model", "path", "signature_key", "tags"}``: one signature of a SavedModel;
-* ``{"kind": "keras", "path"}``: a Keras file, called with training=False (as the CLI converts it);
+* ``{"kind": "keras", "path"}``: a tf_keras model file, called with training=False;
 * ``{"kind": "graph_def", "graph_def": bytes, "inputs": [...], "outputs": [...]}``: a GraphDef from
   input to output tensor names (a GraphDef file, or an in-memory function frozen by :func:`frozen_source`).
 
@@ -89,7 +89,7 @@ class _Worker:
         self.mode = mode
         self.stderr = tempfile.TemporaryFile()
         self.proc = subprocess.Popen([sys.executable, "-m", "converters.verify_tf_child"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=self.stderr, env=env, cwd=str(_ROOT))
+                                     stdout=subprocess.PIPE, stderr=self.stderr, env=env)
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -189,14 +189,14 @@ def _function(source: dict, inputs: dict):
     if kind == "keras":
         import tf_keras
 
-        from converters.verification import _concrete_function
+        from converters.verify_tf import concrete_function
 
         model = tf_keras.models.load_model(source["path"], compile=False)
-        return _concrete_function(model, inputs), model
+        return concrete_function(model, inputs), model
     if kind == "graph_def":
         import tensorflow as tf
 
-        from converters.verification import graph_def_function
+        from converters.verify_tf import graph_def_function
 
         graph_def = tf.compat.v1.GraphDef()
         graph_def.ParseFromString(source["graph_def"])
@@ -208,7 +208,7 @@ def _serve(request) -> list:
     import numpy as np
     import tensorflow as tf
 
-    from converters.verification import _run_tf
+    from converters.verify_tf import run_tf
 
     mode = "onednn" if onednn_enabled() else "eigen"
     if mode != request["mode"]:
@@ -216,7 +216,7 @@ def _serve(request) -> list:
     inputs = request["inputs"]
     function, keep = _function(request["source"], inputs)
     with tf.device("/cpu:0"):
-        result = _run_tf(function, inputs)
+        result = run_tf(function, inputs)
     del keep
     return [np.asarray(v) for v in tf.nest.flatten(result)]
 
