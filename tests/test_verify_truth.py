@@ -293,7 +293,7 @@ def _cli(*args):
                           capture_output=True, text=True, timeout=600)
 
 
-def test_cli_training_step_from_saved_model(step, tmp_path):
+def test_cli_training_step_from_saved_model(step, tmp_path, monkeypatch):
     tf.saved_model.save(step, str(tmp_path / "sm"), signatures={"serving_default": step.__call__})
     report_path = tmp_path / "report.json"
     proc = _cli("--saved-model", tmp_path / "sm", "--output", tmp_path / "step.onnx", "--variable-update-outputs",
@@ -313,6 +313,12 @@ def test_cli_training_step_from_saved_model(step, tmp_path):
                 "--verify-sum-rtol", "1e-12", "--no-tf-spread")
     assert proc.returncode == 3, proc.stdout + proc.stderr[-3000:]
     assert "verification FAILED" in proc.stdout and "TF spread: not measured" in proc.stdout
+
+    # The API with a path relative to the working directory: the oneDNN child loads the same SavedModel.
+    monkeypatch.chdir(tmp_path)
+    report = converters.verify_saved_model("sm", onnx.load("step.onnx"), inputs=_batch(), print_table=False)
+    assert report.ok and "child process" in report.tf_spread, report.table()
+    assert all(c.spread is not None for c in report.outputs)
 
 
 def test_cli_verify_options_need_verify(tmp_path):
