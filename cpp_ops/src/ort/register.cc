@@ -16,10 +16,25 @@ namespace {
 
 constexpr const char* kDomain = "ai.onnx.converters.tensorflow";
 
-// The domain object must outlive every session that uses it, so it is created once per process and
-// never released; all sessions share it.
-OrtCustomOpDomain* g_domain = nullptr;
-std::mutex g_domain_mutex;
+// The domain object must outlive every session that uses it: it is built at the first registration after
+// the library is loaded and shared by every session from then on. ONNX Runtime unloads the library
+// (dlclose) once every session and session options that registered it are gone, and may load it again
+// later: the domain goes with the library, released by this object's destructor, which runs at that
+// dlclose (or at process exit, where ONNX Runtime's code is still mapped and releasing a domain only frees
+// its memory). Before, a domain was built at each load and never released: about 1.2 KB per
+// register/unload cycle (tests/test_ort_reload.py).
+struct DomainHolder {
+  std::mutex mutex;
+  OrtCustomOpDomain* domain = nullptr;
+  const OrtApi* api = nullptr;  // the table that created it
+
+  ~DomainHolder() {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (domain != nullptr && api != nullptr) api->ReleaseCustomOpDomain(domain);
+    domain = nullptr;
+  }
+};
+DomainHolder g_domain;
 
 bool OnCuda(const OrtCustomOp* op) {
   return std::strcmp(op->GetExecutionProviderType(op), "CUDAExecutionProvider") == 0;
@@ -49,7 +64,8 @@ OrtStatus* BuildDomain(const OrtApiBase& api_base, const OrtApi& api) {
       return s;
     }
   }
-  g_domain = domain;
+  g_domain.domain = domain;
+  g_domain.api = &api;
   return nullptr;
 }
 
@@ -74,12 +90,12 @@ RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* api_base) {
   // table, and the library calls nothing newer unchecked (op_base.h).
   const OrtApi* api = api_base->GetApi(tfops::ort::kRequiredApiVersion);
   if (api == nullptr) return RuntimeTooOld(*api_base);
-  std::lock_guard<std::mutex> lock(g_domain_mutex);
+  std::lock_guard<std::mutex> lock(g_domain.mutex);
   tfops::ort::SetApi(api);
-  if (g_domain == nullptr) {
+  if (g_domain.domain == nullptr) {
     if (OrtStatus* s = BuildDomain(*api_base, *api)) return s;
   }
-  return api->AddCustomOpDomain(options, g_domain);
+  return api->AddCustomOpDomain(options, g_domain.domain);
 }
 
 // Needs no ORT (and no GPU): ort_ops.cuda_kernels_built() calls it through ctypes.
