@@ -222,15 +222,28 @@ def main(argv=None) -> int:
         model = _without_extra_outputs(model, _variable_update_names(model))
     options = dict(seed=args.seed, rtol=args.verify_rtol, sum_rtol=args.verify_sum_rtol, spread=not args.no_tf_spread,
                    json_path=args.verify_json)
-    if args.saved_model:
-        tags = None if args.tag is None else _split(args.tag)
-        report = converters.verify_saved_model(args.saved_model, model, args.signature_key, tags, **options)
-    elif args.graphdef:
-        report = converters.verify_graph_def(args.graphdef, _split(args.inputs), _split(args.outputs), model, **options)
-    elif keras_model is None:  # a SavedModel directory given as --keras
-        report = converters.verify_saved_model(args.keras, model, **options)
-    else:  # the Keras model (inference) or the training step's ConcreteFunction (frozen for TF's oneDNN child)
-        report = converters.verify_keras(keras_model, model, **options)
+    if keep_alive is not None:  # a Keras training step: labels must be valid class indices
+        from converters.keras_models import training_step_inputs
+
+        options["inputs"] = training_step_inputs(keep_alive, model, args.seed)
+    try:
+        if args.saved_model:
+            tags = None if args.tag is None else _split(args.tag)
+            report = converters.verify_saved_model(args.saved_model, model, args.signature_key, tags, **options)
+        elif args.graphdef:
+            report = converters.verify_graph_def(args.graphdef, _split(args.inputs), _split(args.outputs), model,
+                                                 **options)
+        elif keras_model is None:  # a SavedModel directory given as --keras
+            report = converters.verify_saved_model(args.keras, model, **options)
+        else:  # the Keras model (inference) or the training step's ConcreteFunction (frozen for TF's oneDNN child)
+            report = converters.verify_keras(keras_model, model, **options)
+    except Exception as e:  # the model was written; running it (or TF) failed
+        if args.debug:
+            traceback.print_exc()
+        first = (str(e).strip().splitlines() or [""])[-1][:300]
+        print(f"error: --verify could not run the models: {type(e).__name__}: {first} (the ONNX model was written; "
+              "rerun with --debug for the traceback)", file=sys.stderr)
+        return EXIT_CONVERSION_FAILED
     del keep_alive
     if args.verify_json:
         print(f"wrote the verification report to {args.verify_json}")

@@ -352,3 +352,12 @@ def test_cli_model_quantize(tmp_path, mode, capsys):
     if mode == "float8":
         rc, printed = _run_main(["--keras", path, "--output", tmp_path / "d.onnx"], capsys)
         assert rc == EXIT_CONVERSION_FAILED and "opset 19" in printed.err and "Traceback" not in printed.err
+
+
+def test_cli_train_step_verify_draws_labels_from_the_classes(tmp_path, capsys):
+    """Two classes: the verifier's generic integer inputs (0-3) would be labels TF rejects."""
+    path = tmp_path / "two.keras"
+    keras.Sequential([keras.Input((5,), name="x"), keras.layers.Dense(2, name="logits")]).save(str(path))
+    rc, printed = _run_main(["--keras", path, "--train-step", "--loss", "sparse_categorical_crossentropy",
+                             "--from-logits", "--output", tmp_path / "t.onnx", "--verify", "--no-tf-spread"], capsys)
+    assert rc == 0 and "verification passed" in printed.out, printed.out + printed.err
