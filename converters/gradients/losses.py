@@ -3,8 +3,10 @@
 TF's kernels (xent_op, l2loss_op) are followed step by step (max-shifted logits, exp, sum, log), but
 the sums run in ONNX Runtime's order, so the results agree with TF within a float tolerance. tf2onnx's
 own handlers for the cross-entropy ops produce only the loss; these produce the backprop as well.
-A sparse label outside [0, classes) makes TF's CPU kernel fail at run time; here it selects no class
-(ONNX has no run-time error), so such a graph must not be fed bad labels.
+A sparse label outside [0, classes) (e.g. ``classes``, -1 or 2**31-1) makes TF's CPU kernel fail at run
+time (InvalidArgumentError); ONNX has no run-time error, so both lowerings do what TF's GPU kernel does:
+that row's loss and every element of that row's backprop are NaN, and the other rows are untouched (so a
+training step's weight gradients, which sum over the rows, become NaN too).
 """
 from __future__ import annotations
 
@@ -63,8 +65,13 @@ def sparse_softmax_cross_entropy(ctx, node, lowering):
     one_hot = b.cast(b.op("Equal", labels, class_ids), TensorProto.DOUBLE if t == np.float64 else TensorProto.FLOAT)
     shifted, exps, total = _softmax_parts(b, logits)
     picked = b.reduce("ReduceSum", b.op("Mul", one_hot, shifted), [1], keepdims=False)
-    b.emit(0, b.op("Sub", b.op("Squeeze", b.op("Log", total), b.const([1], np.int64)), picked))
-    b.emit(1, b.op("Sub", b.op("Div", exps, total), one_hot))
+    # Out-of-range labels: a factor of 1 (exact for every value, -0 and NaN included) or NaN per row,
+    # as TF's GPU kernel gives (its CPU kernel raises). Where only selects between constants here.
+    in_range = b.op("And", b.op("GreaterOrEqual", labels, b.const(0, np.int64)), b.op("Less", labels, classes))
+    row_factor = b.op("Where", in_range, b.const(1.0, t), b.const(np.nan, t))  # [batch, 1]
+    loss = b.op("Sub", b.op("Squeeze", b.op("Log", total), b.const([1], np.int64)), picked)
+    b.emit(0, b.op("Mul", loss, b.op("Squeeze", row_factor, b.const([1], np.int64))))
+    b.emit(1, b.op("Mul", b.op("Sub", b.op("Div", exps, total), one_hot), row_factor))
 
 
 @gradient_op("L2Loss")
