@@ -20,3 +20,4 @@ bash scripts/test_without_tf.sh
 bash scripts/sanitize.sh
 bash scripts/example.sh   # the C++ serving example (examples/): built, run on CPU, outputs bit-compared with Python onnxruntime
 bash scripts/test_ortgpu.sh   # the lowering tests with standard models run by onnxruntime-gpu's CPU provider
+TRITON_SRC=${TRITON_SRC-../shared/triton/src} bash scripts/triton.sh   # every custom model served by Triton (ONNX Runtime backend, CPU), responses bit-compared with Python onnxruntime
