@@ -4,7 +4,7 @@ TF's CPU kernel rejects a label outside [0, classes) with InvalidArgumentError; 
 that row's loss and for every element of that row's backprop. ONNX has no run-time error, so the converted
 op does what the GPU kernel does. Checked here, on the op alone and on a small training step (a dense layer,
 the mean sparse cross-entropy and its gradients), for the labels ``classes`` (10), -1 and 2**31-1, as int32
-and int64:
+and int64 labels (float32 and float64 logits on the op alone):
 * valid labels agree with TF as before (the sums within SUM_RTOL, as in tests/test_gradient_ops.py);
 * a bad label's row is NaN in the loss and in the whole backprop row (and in the step's gradient with respect
   to the logits); a weight gradient, which sums over the rows, is NaN wherever a bad row enters it, as on a
@@ -32,9 +32,9 @@ BAD_ROWS = {1: CLASSES, 3: -1, 4: 2**31 - 1}  # row -> label
 raw = tf.raw_ops
 
 
-def _logits():
+def _logits(dtype=np.float32):
     rng = np.random.default_rng(27)
-    logits = rng.standard_normal((BATCH, CLASSES)).astype(np.float32) * 4
+    logits = (rng.standard_normal((BATCH, CLASSES)) * 4).astype(dtype)
     logits[0] = 0.0  # a row of equal logits
     return logits
 
@@ -67,13 +67,13 @@ def _op(features, labels):
     return raw.SparseSoftmaxCrossEntropyWithLogits(features=features, labels=labels)
 
 
-@pytest.mark.parametrize("label_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("dtype, label_dtype", [(np.float32, np.int32), (np.float32, np.int64), (np.float64, np.int32)])
 @pytest.mark.parametrize("none_batch", [False, True])
 @pytest.mark.parametrize("lowering", LOWERINGS)
-def test_out_of_range_labels_give_nan_rows(lowering, none_batch, label_dtype):
-    logits, good, bad = _logits(), _labels(label_dtype, False), _labels(label_dtype, True)
+def test_out_of_range_labels_give_nan_rows(lowering, none_batch, dtype, label_dtype):
+    logits, good, bad = _logits(dtype), _labels(label_dtype, False), _labels(label_dtype, True)
     batch = None if none_batch else BATCH
-    specs = [tf.TensorSpec((batch, CLASSES), tf.float32), tf.TensorSpec((batch,), tf.as_dtype(label_dtype))]
+    specs = [tf.TensorSpec((batch, CLASSES), tf.as_dtype(dtype)), tf.TensorSpec((batch,), tf.as_dtype(label_dtype))]
     model = _convert(_op, specs, lowering)
 
     # Valid labels: as TF, within the sums' tolerance.
