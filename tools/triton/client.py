@@ -100,7 +100,7 @@ def main():
         named = [op for op in bare["ops"] if f"{bare['domain']}:{op}" in message]
         if named and "is not a registered function/op" in message:
             print(f"client: {bare['name']}: failed to load, as it must: "
-                  f"...{message[message.find(bare['domain']):][:120]}")
+                  f"...{message[message.find(bare['domain']):][:120].strip()}")
         else:
             failures.append(f"{bare['name']}: failed to load, but the error names no op of domain "
                             f"{bare['domain']}: {message[:400]}")
@@ -130,7 +130,15 @@ def main():
             results = [r for f in futures for r in f.result()]
         served = time.monotonic() - started
         bad = [(file, problems) for file, problems in results if problems]
-        stats = client.get_inference_statistics(name)["model_stats"][0]
+        # The statistics are updated once a response has gone: wait (briefly) until they count every row.
+        rows = len(model["requests"])
+        if model["batched"]:
+            rows = sum(int(np.load(r["file"])[f"in/{model['inputs'][0]}"].shape[0]) for r in model["requests"])
+        for _ in range(40):
+            stats = client.get_inference_statistics(name)["model_stats"][0]
+            if int(stats["inference_count"]) >= rows:
+                break
+            time.sleep(0.05)
         detail = (f"{stats['inference_count']} inferences in {stats['execution_count']} executions, "
                   f"load {loaded:.1f} s, {served:.1f} s serving")
         if bad:

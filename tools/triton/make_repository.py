@@ -5,7 +5,7 @@ For each model (models/NAME/model.custom.onnx) the repository gets NAME/1/model.
 the README's configuration generated from the model's inputs and outputs: where every input and output has a
 free first dim Triton batches it (max_batch_size, dims without that dim, dynamic_batching), else
 max_batch_size 0 and the full dims (a scalar as dims [1], the backend's convention for scalars); instance_group KIND_CPU;
-model_operations naming the library. One more entry, NAME_without_model_operations (of the first model), has
+model_operations naming the library. One more entry, NAME_without_model_operations (fourbit_cnn's), has
 the same configuration without model_operations and must fail to load.
 
 The cases folder gets manifest.json and, per model and client, one .npz per request holding the inputs
@@ -99,10 +99,14 @@ def main():
     parser.add_argument("--repository", required=True, type=Path)
     parser.add_argument("--cases", required=True, type=Path)
     parser.add_argument("--clients", type=int, default=4)
+    parser.add_argument("--without-model-operations", default="fourbit_cnn", metavar="NAME",
+                        help="the model whose copy has no model_operations (default: fourbit_cnn, else the first)")
     parser.add_argument("models", nargs="+", type=Path)
     args = parser.parse_args()
     library = str(Path(args.library).resolve())
     manifest = {"library": library, "clients": args.clients, "models": []}
+    names = [path.parent.name for path in args.models]
+    bare_of = args.without_model_operations if args.without_model_operations in names else names[0]
     for index, path in enumerate(args.models):
         name = path.parent.name
         model = onnx.load(str(path))
@@ -110,7 +114,7 @@ def main():
         (args.repository / name / "1").mkdir(parents=True)
         shutil.copyfile(path, args.repository / name / "1" / "model.onnx")
         (args.repository / name / "config.pbtxt").write_text(config)
-        if index == 0:
+        if name == bare_of:
             bare = f"{name}_without_model_operations"
             (args.repository / bare / "1").mkdir(parents=True)
             shutil.copyfile(path, args.repository / bare / "1" / "model.onnx")
