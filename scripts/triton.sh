@@ -13,7 +13,8 @@
 #  - the backend: Triton's onnxruntime_backend, built here from source against the ONNX Runtime of .venv
 #    (the wheel's libonnxruntime.so, with the C headers the library's build fetched). The sources
 #    (onnxruntime_backend, backend, common and core at the release branch r24.10, matching that server) come
-#    from TRITON_SRC; with TRITON_SRC unset or empty the four repositories are cloned with git. The build
+#    from TRITON_SRC; with TRITON_SRC unset or empty the four repositories are cloned with git (from
+#    TRITON_GIT/<name>.git, by default Triton's GitHub organization) into .triton/. The build
 #    needs Debian's rapidjson-dev and googletest: when missing they are installed with apt-get
 #    (non-interactively; this needs root);
 #  - the client: a venv (.triton/client-venv) with tritonclient[http] and NumPy.
@@ -28,6 +29,7 @@ CACHE="$ROOT/.triton"
 TRITON_BRANCH=r24.10          # Triton 2.51.0, the server inside nvidia-pytriton 0.7.0
 PYTRITON_VERSION=0.7.0
 TRITONCLIENT_VERSION=2.73.0
+TRITON_GIT=${TRITON_GIT:-https://github.com/triton-inference-server}   # where the four repositories are cloned from
 CLIENTS=${TRITON_CLIENTS:-4}  # concurrent clients per model
 PORT=${TRITON_HTTP_PORT:-}
 
@@ -86,8 +88,8 @@ if [ ! -f "$BACKEND_SO" ]; then
         for repo in onnxruntime_backend backend common core; do
             if [ ! -d "$TRITON_SRC/$repo" ]; then
                 say "cloning Triton's $repo at $TRITON_BRANCH (TRITON_SRC not given)"
-                git clone -q --depth 1 --branch "$TRITON_BRANCH" \
-                    "https://github.com/triton-inference-server/$repo.git" "$TRITON_SRC/$repo.tmp"
+                rm -rf "$TRITON_SRC/$repo.tmp"
+                git clone -q --depth 1 --branch "$TRITON_BRANCH" "$TRITON_GIT/$repo.git" "$TRITON_SRC/$repo.tmp"
                 mv "$TRITON_SRC/$repo.tmp" "$TRITON_SRC/$repo"
             fi
         done
