@@ -22,7 +22,7 @@ import onnx
 import onnxruntime as ort
 
 DOMAIN = "ai.onnx.converters.tensorflow"
-MAX_BATCH = 8
+MAX_BATCH = 64   # as in the README
 TYPES = {  # ONNX element type -> (Triton data type, NumPy dtype)
     onnx.TensorProto.FLOAT: ("TYPE_FP32", np.float32),
     onnx.TensorProto.DOUBLE: ("TYPE_FP64", np.float64),
