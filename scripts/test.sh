@@ -20,4 +20,5 @@ bash scripts/test_without_tf.sh
 bash scripts/sanitize.sh
 bash scripts/example.sh   # the C++ serving example (examples/): built, run on CPU, outputs bit-compared with Python onnxruntime
 bash scripts/test_ortgpu.sh   # the lowering tests with standard models run by onnxruntime-gpu's CPU provider
+bash scripts/test_ort_versions.sh   # every onnxruntime from 1.17 to the newest: custom models and golden cases bit-compared with the newest, 1.16 refused
 TRITON_SRC=${TRITON_SRC-../shared/triton/src} bash scripts/triton.sh   # every custom model served by Triton (ONNX Runtime backend, CPU), responses bit-compared with Python onnxruntime

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# The library on every onnxruntime it supports: one environment per minor version from 1.17 to the newest (the
+# last patch of each; onnxruntime and NumPy only), each running every bundled custom model and a sample of the
+# golden cases through the library, compared bit for bit with the newest version's results; and onnxruntime
+# 1.16, which the library must refuse with a Python error naming both versions (no crash).
+#
+#   scripts/test_ort_versions.sh [LIBRARY]        (after scripts/setup.sh, which makes .venv)
+#
+# LIBRARY: the custom-op library (default: what `ort_ops.library_path()` finds in .venv, i.e. ORT_OPS_LIBRARY or
+# the installed package's copy). The environments live in .venv-ort/<minor> and are reused when they hold the
+# wanted version (pip's cache makes a new one quick); the cases and results go to build/ort-versions/.
+#
+#  1. .venv writes the cases (tools/ort_versions/prepare.py): the models on models/run_all.py's seeded inputs, the
+#     golden cases as the golden tests' one-node models.
+#  2. The newest version runs them and writes the reference (tools/ort_versions/run_cases.py --write); every
+#     other version runs them and compares (--compare): the outputs of each golden case and the output shapes
+#     the library's shape inference declares for it, the library's error where there is one; each model's
+#     outputs, and where onnxruntime's own ops changed bits between versions, every domain node whose inputs are
+#     still the newest's (see run_cases.py). Any "Shape mismatch" or "Error merging shape info" line in
+#     onnxruntime's log (sessions at log severity 2: a declared shape is wrong) fails the stage too.
+#  3. onnxruntime 1.16 must refuse the library.
+#
+# ORT_VERSIONS (space-separated) replaces the list below; its last entry is the reference.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}              # makes the environments
+MAIN_PYTHON=${MAIN_PYTHON:-.venv/bin/python}
+# The last patch of every minor version from 1.17, newest last (pinned so that CI does not change under us).
+ORT_VERSIONS=${ORT_VERSIONS:-"1.17.3 1.18.1 1.19.2 1.20.1 1.21.1 1.22.1 1.23.2 1.24.4 1.25.1 1.26.0 1.27.0 1.28.0 1.29.0 1.30.0 1.31.1 1.32.0"}
+REFUSED_VERSION=${REFUSED_VERSION:-1.16.3}
+VENVS=.venv-ort
+WORK=build/ort-versions
+started=$SECONDS
+
+if [ ! -x "$MAIN_PYTHON" ]; then
+    echo "test_ort_versions.sh: no Python at $MAIN_PYTHON (run scripts/setup.sh, or set MAIN_PYTHON)" >&2
+    exit 1
+fi
+LIBRARY=${1:-$("$MAIN_PYTHON" -c "import ort_ops; print(ort_ops.library_path())")}
+LIBRARY=$(cd "$(dirname "$LIBRARY")" && pwd)/$(basename "$LIBRARY")
+
+# The environment of onnxruntime VERSION: .venv-ort/<major.minor>, made or remade unless it holds VERSION. It
+# holds onnxruntime and NumPy and nothing else (onnxruntime's other requirements serve its tools, not sessions),
+# installed by .venv's pip (`pip --python`), so that a new one takes seconds: no pip of its own, pip's cache.
+# NumPy: onnxruntime before 1.19 was built against NumPy 1.x.
+environment() {
+    local version=$1 dir=$VENVS/${1%.*} numpy=numpy
+    case $version in 1.1[0-8].*) numpy="numpy<2" ;; esac
+    if [ -x "$dir/bin/python" ] &&
+        "$dir/bin/python" -c "import sys, numpy, onnxruntime; sys.exit(onnxruntime.__version__ != '$version')" 2>/dev/null; then
+        return 0
+    fi
+    rm -rf "$dir"
+    "$PYTHON" -m venv --without-pip "$dir"
+    "$MAIN_PYTHON" -m pip --python "$dir/bin/python" install -q --disable-pip-version-check --no-deps \
+        "onnxruntime==$version" "$numpy"
+}
+
+mkdir -p "$VENVS"
+for version in $ORT_VERSIONS $REFUSED_VERSION; do
+    environment "$version"
+done
+echo "test_ort_versions.sh: environments ready ($((SECONDS - started)) s): onnxruntime $ORT_VERSIONS, and $REFUSED_VERSION"
+
+rm -rf "$WORK"
+"$MAIN_PYTHON" tools/ort_versions/prepare.py "$WORK/cases"
+
+set -- $ORT_VERSIONS
+NEWEST=${!#}
+status=0
+"$VENVS/${NEWEST%.*}/bin/python" tools/ort_versions/run_cases.py "$WORK/cases" "$LIBRARY" --write "$WORK/reference" || status=1
+for version in $ORT_VERSIONS; do
+    [ "$version" = "$NEWEST" ] && continue
+    "$VENVS/${version%.*}/bin/python" tools/ort_versions/run_cases.py "$WORK/cases" "$LIBRARY" \
+        --compare "$WORK/reference" || status=1
+done
+# The refusal: a Python exception naming both versions, and the process ends normally (a crash would not).
+"$VENVS/${REFUSED_VERSION%.*}/bin/python" tools/ort_versions/run_cases.py - "$LIBRARY" --expect-refused 2>/dev/null || status=1
+
+if [ "$status" != 0 ]; then
+    echo "test_ort_versions.sh: FAILED ($((SECONDS - started)) s)" >&2
+    exit 1
+fi
+echo "test_ort_versions.sh: OK, onnxruntime ${1} to $NEWEST ($# versions) and the refusal of $REFUSED_VERSION ($((SECONDS - started)) s)"
