@@ -11,9 +11,10 @@ gets the value from before it, so the converted step fake-quantizes with the wro
   assignment would (AssignVariableOp: the value; AssignSub: v - delta; AssignAdd: v + delta, one float
   op each, as TF's kernels compute it);
 * wires every read that TF orders after an assignment (a control edge to it) to that new value;
-* keeps the values of the variables the function assigns out of grappler's sight, and adds the update
-  nodes after it: grappler's folding of arithmetic on zero constants ignores the sign of zero, and a
-  variable that a step assigns is often zero (a fresh bias, an optimizer slot), where TF never folds it;
+* keeps the values of the assigned variables that are all zeros or hold a -0 out of grappler's sight, and
+  adds their update nodes after it: grappler's folding of arithmetic on zero constants ignores the sign of
+  zero, and a variable that a step assigns is often zero (a fresh bias, an optimizer slot), where TF never
+  folds it (_sign_unsafe);
 * then either leaves the updates out with a warning naming each one (``variable_updates="warn"``, the
   default), or adds each new value as an extra graph output named after the variable
   (``variable_updates="outputs"``);
@@ -185,25 +186,37 @@ def freeze(concrete_func, input_names, output_names, variable_updates="warn", tr
         _fold_variable_shapes(graph_def, nodes, {n[:-2] for n in inputs[len(input_names):]})
 
     assign_names = {u.assign_node for u in updates}
+    # Grappler's folding ignores the sign of zero (see _sign_unsafe): the variables where that can matter are
+    # hidden from it, and their updates are added after it; the others are updated in the graph it folds.
+    hide = {source for source, _ in by_variable.values() if _sign_unsafe(nodes[source])}
     new_value_of, pending = {}, []
     for source, update in by_variable.values():
         assign = nodes[update.assign_node]
-        # The new value is computed after grappler (see _add_update_nodes); until then a placeholder stands in
-        # for it, and the assigned value (the delta of AssignSub/AssignAdd) is kept as a fetch of its own.
-        assigned = _add_node(graph_def, update.assign_node + _ASSIGNED_SUFFIX, "Identity", [assign.input[1]])
-        assigned.attr["T"].type = assign.attr["dtype"].type
-        stand_in = _add_node(graph_def, update.assign_node + _UPDATE_SUFFIX, "Placeholder", [])
-        stand_in.attr["dtype"].type = assign.attr["dtype"].type
-        stand_in.attr["shape"].shape.CopyFrom(nodes[source].attr["shape"].shape if nodes[source].op == "Placeholder"
-                                              else nodes[source].attr["value"].tensor.tensor_shape)
-        update.new_value = stand_in.name + ":0"
+        dtype, op = assign.attr["dtype"].type, _UPDATE_OP[assign.op]
+        if source not in hide and nodes[source].op == "Const":
+            # v holds no -0 and is not all zeros, so grappler's rewrites of v - d and v + d are exact (v - 0 = v,
+            # v + 0 = v), and it may fold the update and what reads it (tfmot's ranges, read after their update).
+            new_node = _add_node(graph_def, update.assign_node + _UPDATE_SUFFIX, op or "Identity",
+                                 [source, assign.input[1]] if op else [assign.input[1]])
+            new_node.attr["T"].type = dtype
+            update.new_value = new_node.name + ":0"
+        else:
+            # Added after grappler (_add_update_nodes); until then a placeholder stands in for the new value, and
+            # the assigned value (the delta of AssignSub/AssignAdd) is kept as a fetch of its own.
+            assigned = _add_node(graph_def, update.assign_node + _ASSIGNED_SUFFIX, "Identity", [assign.input[1]])
+            assigned.attr["T"].type = dtype
+            stand_in = _add_node(graph_def, update.assign_node + _UPDATE_SUFFIX, "Placeholder", [])
+            stand_in.attr["dtype"].type = dtype
+            stand_in.attr["shape"].shape.CopyFrom(nodes[source].attr["shape"].shape if nodes[source].op == "Placeholder"
+                                                  else nodes[source].attr["value"].tensor.tensor_shape)
+            update.new_value = stand_in.name + ":0"
+            old_value = type(nodes[source])()
+            old_value.CopyFrom(nodes[source])  # before hiding: the variable's frozen constant, or its input
+            folded_by_tf = op is not None and _constant_in_tf(inlined_nodes, assign.input[1])
+            pending.append((update, op, assigned.name + ":0", old_value, folded_by_tf))
         new_value_of[update.assign_node] = update.new_value
-        old_value = type(nodes[source])()
-        old_value.CopyFrom(nodes[source])  # before hiding: the variable's frozen constant, or its input
-        pending.append((update, _UPDATE_OP[assign.op], assigned.name + ":0", old_value))
 
-    # Grappler must not see the assigned variables' values (see _hide_from_grappler).
-    hidden = _hide_from_grappler(nodes, {source for source, _ in by_variable.values()})
+    hidden = _hide_from_grappler(nodes, hide)
     if hidden:
         _fold_variable_shapes(graph_def, nodes, set(hidden))
 
@@ -237,9 +250,9 @@ def freeze(concrete_func, input_names, output_names, variable_updates="warn", tr
             "variable_updates='outputs' / --variable-update-outputs to get each new value as an output): %s",
             len(updates), "; ".join(u.describe() for u in updates),
         )
-    stand_ins = [u.new_value for u, _, _, _ in pending]
+    stand_ins = [u.new_value for u, *_ in pending]
     feeds = inputs + stand_ins + [f"{name}:0" for name in hidden]
-    fetches = outputs + [assigned for _, _, assigned, _ in pending if assigned not in outputs]
+    fetches = outputs + [assigned for _, _, assigned, *_ in pending if assigned not in outputs]
     with tf.Graph().as_default():
         graph_def = tf_loader.tf_optimize(feeds, fetches, graph_def)
     _restore_hidden(graph_def, hidden)
@@ -254,30 +267,34 @@ def _add_node(graph_def, name, op, inputs):
     return node
 
 
-def _hide_from_grappler(nodes: dict, sources: set) -> Dict[str, object]:
-    """Turn the frozen constants of the assigned variables into placeholders for the time grappler runs;
-    returns the constants, by name, for :func:`_restore_hidden`.
+def _sign_unsafe(node) -> bool:
+    """Whether grappler's folding could give a variable's update (or what reads the variable) another sign of
+    zero than TF: its frozen constant is all zeros, or holds a -0.
 
-    Grappler's constant folding simplifies arithmetic on constants of zeros without regard to the sign of zero
-    (``0 * m -> 0``, ``0 - d -> Neg(d)``, ``0 + d -> d``). A variable a step assigns is often exactly zero when
+    Grappler simplifies arithmetic with a constant of zeros without regard to the sign of zero (``0 * m -> 0``,
+    ``0 - d -> Neg(d)``, ``0 + d -> d``, ``v + 0 -> v``). A variable a step assigns is often exactly zero when
     frozen (a fresh bias, an optimizer's slots), and TF itself never folds it (it is a resource read), so
-    TF's ``+0 * 0.9 - (+0) = +0`` became ``Neg(+0) = -0`` in the converted update. Hidden, the variable is
-    folded later by tf2onnx and ONNX Runtime, which evaluate the ops as TF does. Only assigned variables that
-    are all zeros are hidden (the rewrites need a constant of zeros); the others, and the variables that are
-    only read (the weights of an inference graph), stay constants and keep grappler's folding.
+    TF's ``+0 * 0.9 - (+0) = +0`` became ``Neg(+0) = -0`` in the converted update; and ``v + 0 -> v`` is wrong
+    only where v holds a -0 (``-0 + +0 = +0``). Any other constant keeps grappler's folding, which is exact on it.
     """
     import tensorflow as tf
 
+    if node.op != "Const":
+        return False
+    value = tf.make_ndarray(node.attr["value"].tensor)
+    if value.dtype.kind not in "fc":
+        return False
+    zeros = value == 0
+    return bool(zeros.all() or (zeros & np.signbit(value.real if value.dtype.kind == "c" else value)).any())
+
+
+def _hide_from_grappler(nodes: dict, sources: set) -> Dict[str, object]:
+    """Turn the frozen constants of ``sources`` (the sign-unsafe assigned variables, :func:`_sign_unsafe`) into
+    placeholders for the time grappler runs; returns the constants, by name, for :func:`_restore_hidden`.
+    Hidden, a variable is folded later by tf2onnx and ONNX Runtime, which evaluate the ops as TF does."""
     hidden = {}
     for name in sorted(sources):
         node = nodes[name]
-        if node.op != "Const":
-            continue  # a trainable-variable input is a placeholder already
-        value = tf.make_ndarray(node.attr["value"].tensor)
-        if value.dtype.kind not in "fc" or np.any(value != 0):
-            # Only constants of (signed) zeros are simplified; every other one keeps grappler's folding,
-            # shapes included (grappler does not infer shapes through the placeholders it is fed).
-            continue
         hidden[name] = type(node)()
         hidden[name].CopyFrom(node)
         value = node.attr["value"].tensor
@@ -300,11 +317,11 @@ def _restore_hidden(graph_def, hidden: Dict[str, object]):
 def _add_update_nodes(graph_def, pending):
     """Each variable's new value, computed after grappler as TF's assignment computes it (AssignSub: ``v - d``,
     AssignAdd: ``v + d``, AssignVariableOp: the value), and the placeholder that stood in for the new value
-    during grappler becomes its Identity. Grappler would rewrite ``0 - d`` as ``Neg(d)`` (see
-    :func:`_hide_from_grappler`); tf2onnx folds a constant update with NumPy, which keeps IEEE signed zeros.
+    during grappler becomes its Identity (or the constant result, where both operands are constants). Grappler
+    would rewrite ``0 - d`` as ``Neg(d)`` (see :func:`_sign_unsafe`).
     """
     by_name = {n.name: n for n in graph_def.node}
-    for update, op, assigned, old_value in pending:
+    for update, op, assigned, old_value, folded_by_tf in pending:
         stand_in = by_name[_node_name(update.new_value)]  # a feed of grappler's, so it is still there
         dtype = stand_in.attr["dtype"].type
         value = assigned
@@ -316,13 +333,72 @@ def _add_update_nodes(graph_def, pending):
                 old.CopyFrom(old_value)
                 if old_value.op == "Const":
                     old.name = update.assign_node + "/variable_old_value"
-            new = _add_node(graph_def, update.assign_node + "/variable_update", op, [old.name, assigned])
-            new.attr["T"].type = dtype
-            value = new.name
+            delta = by_name.get(_node_name(assigned))
+            if folded_by_tf and delta is not None and delta.op == "Const" and _all_zeros(delta):
+                # TF's own grappler, run on the function when it executes, sees this delta as a constant of
+                # zeros and drops it (v - 0 -> v, v + 0 -> v): the variable keeps its bits, a -0 included.
+                value = old.name
+            elif old.op == "Const" and delta is not None and delta.op == "Const":
+                # A constant update is computed here, by TF's own kernel run eagerly: tf2onnx would fold it in a
+                # TF session, whose grappler rewrites v + 0 as v (-0 where TF's kernel gives -0 + +0 = +0).
+                _make_const(stand_in, _node_name(update.new_value), _eager_update(op, old, delta))
+                continue
+            else:
+                new = _add_node(graph_def, update.assign_node + "/variable_update", op, [old.name, assigned])
+                new.attr["T"].type = dtype
+                value = new.name
         stand_in.Clear()
         stand_in.name, stand_in.op = _node_name(update.new_value), "Identity"
         stand_in.input.append(value)
         stand_in.attr["T"].type = dtype
+
+
+def _all_zeros(const_node) -> bool:
+    import tensorflow as tf
+
+    return bool(np.all(tf.make_ndarray(const_node.attr["value"].tensor) == 0))
+
+
+def _constant_in_tf(inlined_nodes: dict, tensor: str) -> bool:
+    """Whether ``tensor`` of the function's inlined graph is computed from constants only (no input, variable
+    read or stateful op behind it): TF's grappler folds such a tensor when the function runs."""
+    from tensorflow.python.framework import op_def_registry
+
+    stack, seen = [_node_name(tensor)], set()
+    while stack:
+        name = stack.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        node = inlined_nodes.get(name)
+        if node is None:
+            return False
+        if node.op == "Const":
+            continue
+        op_def = op_def_registry.get(node.op)
+        data_inputs = [i for i in node.input if not i.startswith("^")]
+        if op_def is None or op_def.is_stateful or not data_inputs:
+            return False
+        stack.extend(_node_name(i) for i in data_inputs)
+    return True
+
+
+def _eager_update(op: str, old, delta):
+    """``op`` (Sub or AddV2) of two Const nodes' values, computed by TF's CPU kernel, eagerly (no grappler)."""
+    import tensorflow as tf
+
+    with tf.device("/cpu:0"):
+        return getattr(tf.raw_ops, op)(x=tf.make_ndarray(old.attr["value"].tensor),
+                                       y=tf.make_ndarray(delta.attr["value"].tensor)).numpy()
+
+
+def _make_const(node, name: str, value):
+    import tensorflow as tf
+
+    node.Clear()
+    node.name, node.op = name, "Const"
+    node.attr["dtype"].type = tf.as_dtype(value.dtype).as_datatype_enum
+    node.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(value))
 
 
 def _fold_variable_shapes(graph_def, nodes: dict, variable_inputs: set):

@@ -210,29 +210,37 @@ def test_three_sgd_steps_in_ort_follow_tf(lowering):
     assert len(set(np.round(losses_tf, 6))) == 3
 
 
-class _SignedZeroUpdates(tf.Module):
-    """AssignSub and AssignAdd of variables that start at +0.0 and at -0.0, by three kinds of delta: a
-    constant (grappler folds the whole update), one computed from the input (the update stays a node), and
-    one that is zero by construction but not a constant (a sum of the input times 0, times a learning rate:
-    a bias gradient behind a loss that ignores it), which grappler's folding turns into ``Neg(delta)``; and an
-    optimizer's momentum update of a zero slot, ``m * 0.9 - delta``, which grappler folds the same way."""
+def _start_value(start):
+    return np.broadcast_to(np.asarray(start, np.float32), (4,)).copy()
 
-    KINDS = ("const", "fed", "zero_sum")
+
+class _SignedZeroUpdates(tf.Module):
+    """AssignSub and AssignAdd of variables that start at +0.0, at -0.0 or mixed, by five kinds of delta: a
+    constant (grappler folds the whole update), constants of +0 and of -0 (TF's own grappler drops them when the
+    function runs, so the variable keeps its bits), one computed from the input (the update stays a node), and
+    one that is zero by construction but not a constant (a sum of the input times 0, times a learning rate: a
+    bias gradient behind a loss that ignores it), which grappler's folding of the frozen graph turned into
+    ``Neg(delta)``; and an optimizer's momentum update of a slot, ``m * 0.9 - delta``, folded the same way."""
+
+    KINDS = ("const", "zero_const", "minus_zero_const", "fed", "zero_sum")
 
     def __init__(self, start):
         super().__init__()
         self.lr = tf.Variable(0.1, name="lr")
         self.targets = {
-            f"{op}_{kind}": tf.Variable(np.full(4, start, np.float32), name=f"{op}_{kind}")
+            f"{op}_{kind}": tf.Variable(_start_value(start), name=f"{op}_{kind}")
             for op in ("sub", "add") for kind in self.KINDS
         }
         # SGD's momentum slot: m <- m * momentum - g * lr, an AssignVariableOp of a value computed from m.
-        self.targets["momentum"] = tf.Variable(np.full(4, start, np.float32), name="momentum")
+        self.targets["momentum"] = tf.Variable(_start_value(start), name="momentum")
 
     @tf.function(input_signature=[tf.TensorSpec([4], tf.float32, name="delta")])
     def __call__(self, delta):
         deltas = {
             "const": tf.constant([0.0, -0.0, 1.5, -1.5], tf.float32),
+            # Constant zeros: TF's own grappler drops them when the function runs (v + 0 -> v keeps a -0 of v).
+            "zero_const": tf.zeros([4], tf.float32),
+            "minus_zero_const": tf.constant([-0.0] * 4, tf.float32),
             "fed": delta * 1.0,
             "zero_sum": tf.reduce_sum(tf.reshape(tf.abs(delta), [1, 4]) * 0.0, axis=0) * self.lr,
         }
@@ -245,7 +253,7 @@ class _SignedZeroUpdates(tf.Module):
 
 
 @pytest.mark.parametrize("lowering", converters.LOWERINGS)
-@pytest.mark.parametrize("start", [0.0, -0.0], ids=["plus_zero", "minus_zero"])
+@pytest.mark.parametrize("start", [0.0, -0.0, (-0.0, 0.0, 1.5, -2.0)], ids=["plus_zero", "minus_zero", "mixed"])
 def test_assign_sub_and_add_keep_tf_signed_zeros(lowering, start):
     """TF computes v - d and v + d on the variable's value; 0 - (+0) is +0, not Neg(+0) = -0 (grappler's
     rewrite of an update on a frozen zero variable, which the converter must not inherit)."""
@@ -254,7 +262,7 @@ def test_assign_sub_and_add_keep_tf_signed_zeros(lowering, start):
                                               variable_updates="outputs")
     for delta in ([0.0, -0.0, 1.5, -1.5], [-0.0, 0.0, -0.0, 0.0]):
         for v in module.targets.values():
-            v.assign(np.full(4, start, np.float32))
+            v.assign(_start_value(start))
         delta = np.array(delta, np.float32)
         out = run_onnx(model, {"delta": delta})
         module(tf.constant(delta))
@@ -262,6 +270,6 @@ def test_assign_sub_and_add_keep_tf_signed_zeros(lowering, start):
             assert_bits_equal(v.numpy(), out[name], f"{name} start={start} delta={delta.tolist()}")
     # The expected signs are not all the same, so a converter that got every sign wrong cannot pass.
     target = module.targets["sub_const"]
-    target.assign(np.full(4, start, np.float32))
+    target.assign(_start_value(start))
     target.assign_sub([0.0, -0.0, 1.5, -1.5])
     assert len(set(np.signbit(target.numpy()).tolist())) == 2
