@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# The whole test suite, in five stages:
+# The whole test suite, in seven stages:
 #  1. everything in .venv (conformance against goldens and live TensorFlow in both of its kernel modes, the C++
 #     library through ONNX Runtime, the converters and the example models);
 #  2. the golden tests again in .venv-notf, an environment without TensorFlow (scripts/test_without_tf.sh);
 #  3. the C++ tests against an AddressSanitizer + UndefinedBehaviorSanitizer build (scripts/sanitize.sh);
 #  4. the C++ serving example (scripts/example.sh);
-#  5. the lowering tests with every standard model run by onnxruntime-gpu's CPU provider (scripts/test_ortgpu.sh).
+#  5. the lowering tests with every standard model run by onnxruntime-gpu's CPU provider (scripts/test_ortgpu.sh);
+#  6. every onnxruntime minor from 1.17 to the newest running the custom models and golden cases
+#     (scripts/test_ort_versions.sh);
+#  7. Triton Inference Server serving every custom model through its ONNX Runtime backend (scripts/triton.sh).
 # TensorFlow's kernel mode is pinned by tests/conftest.py, so the result does not depend on the CPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
