@@ -47,7 +47,7 @@ environment() {
     local version=$1 dir=$VENVS/${1%.*} numpy=numpy
     case $version in 1.1[0-8].*) numpy="numpy<2" ;; esac
     if [ -x "$dir/bin/python" ] &&
-        "$dir/bin/python" -c "import sys, numpy, onnxruntime; sys.exit(onnxruntime.__version__ != '$version')" 2>/dev/null; then
+        "$dir/bin/python" -c "import sys, importlib.metadata as m; sys.exit(m.version('onnxruntime') != '$version' or not m.version('numpy'))" 2>/dev/null; then
         return 0
     fi
     rm -rf "$dir"

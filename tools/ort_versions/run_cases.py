@@ -232,7 +232,11 @@ def main(argv=None) -> int:
     options = ort.SessionOptions()
     options.log_severity_level = args.log_level
     options.intra_op_num_threads = 1
-    options.register_custom_ops_library(args.library)
+    try:
+        options.register_custom_ops_library(args.library)
+    except Exception as e:
+        print(f"onnxruntime {ort.__version__}: the library does not register: {str(e).strip()}")
+        return 1
     cases = json.loads((Path(args.cases) / "manifest.json").read_text())["cases"]
     version = ort.__version__
     failures, notes, mismatches, warnings, older_ir, outputs = [], [], [], 0, 0, 0
