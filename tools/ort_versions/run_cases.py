@@ -146,56 +146,58 @@ def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
 
 def compare(case: dict, result: dict, reference: dict, arrays) -> tuple:
     """What differs between this version's result and the reference's: (problems, notes). Problems fail the
-    run. A model whose outputs differ only downstream of onnxruntime's own ops, where they changed bits between
-    versions, while every domain node that got the reference's inputs gave the reference's outputs, is a
+    run. A model whose outputs differ in their bits only downstream of onnxruntime's own ops, where they changed
+    between versions, while every domain node that got the reference's inputs gave the reference's outputs, is a
     note: the library computed the same bits from the same inputs."""
-    problems = compare_outputs(result, reference, arrays)
+    problems, differing = compare_outputs(result, reference, arrays)
     notes = []
     if "probe" in result and "probe" in reference:
         library, own, checked = attribute(case, result["probe"], reference["probe"])
         for op_type, names in library:
             problems.append(f"domain node {op_type} (output {names[0]}) computes other bits than onnxruntime "
                             f"{REFERENCE_VERSION[0]} from the same inputs")
-        if problems and not library and own:
+        domain_nodes = sum(1 for node in case["probe"]["nodes"] if node[1] == DOMAIN)
+        if differing and not library and own:
             kinds = sorted({op_type for op_type, _ in own})
-            notes.append(f"{len(problems)} outputs differ, all downstream of onnxruntime's own "
+            notes.append(f"{len(differing)} outputs differ, all downstream of onnxruntime's own "
                          f"{', '.join(kinds)} ({len(own)} node{'s' if len(own) != 1 else ''} that give other bits "
-                         f"from the same inputs in this version); the {checked} domain nodes that got "
-                         f"{REFERENCE_VERSION[0]}'s inputs gave its bits")
-            problems = []
-    return problems, notes
+                         f"from the same inputs in this version); the {checked} of its {domain_nodes} domain nodes "
+                         f"that got {REFERENCE_VERSION[0]}'s inputs gave its bits")
+            differing = []
+    return problems + differing, notes
 
 
 # The reference's onnxruntime version (set by main), for messages.
 REFERENCE_VERSION = ["the reference"]
 
 
-def compare_outputs(result: dict, reference: dict, arrays) -> list:
-    """What differs between this version's outputs (or error) and the reference's (empty: identical)."""
-    problems = []
+def compare_outputs(result: dict, reference: dict, arrays) -> tuple:
+    """What differs between this version's outputs (or error) and the reference's: (problems, outputs whose
+    bits differ); both empty when identical."""
     if ("error" in result) != ("error" in reference):
         got = "error: " + result["error"] if "error" in result else "outputs"
         want = "error: " + reference["error"] if "error" in reference else "outputs"
-        return [f"{got}, where the reference has {want}"]
+        return [f"{got}, where the reference has {want}"], []
     if "error" in result:
         if result["error"] != reference["error"]:
-            problems.append(f"error {result['error']!r}, the reference's {reference['error']!r}")
-        return problems
+            return [f"error {result['error']!r}, the reference's {reference['error']!r}"], []
+        return [], []
+    problems, differing = [], []
     if result.get("declared") != reference.get("declared"):
         problems.append(f"declared output shapes {result.get('declared')}, the reference's {reference.get('declared')}")
-    for k, y in enumerate(result["outputs"]):
-        want = arrays[f"o{k}"]
-        if not same_bits(y, want):
-            name = reference["declared"][k][0] if reference.get("declared") else str(k)
-            detail = f"{y.dtype}{list(y.shape)} vs {want.dtype}{list(want.shape)}"
-            if y.shape == want.shape and y.dtype == want.dtype and y.size:
-                a = np.ascontiguousarray(y).reshape(-1).view(np.uint8).reshape(y.size, -1)
-                b = np.ascontiguousarray(want).reshape(-1).view(np.uint8).reshape(want.size, -1)
-                detail = f"{int((a != b).any(axis=1).sum())} of {y.size} elements differ in their bits"
-            problems.append(f"output {name}: {detail}")
-    if len(result["outputs"]) != len(reference.get("outputs", [])):
-        problems.append(f"{len(result['outputs'])} outputs, the reference has {len(reference.get('outputs', []))}")
-    return problems
+    if len(result["outputs"]) != len(reference["outputs"]):
+        problems.append(f"{len(result['outputs'])} outputs, the reference has {len(reference['outputs'])}")
+    for k, (y, want) in enumerate(zip(result["outputs"], (arrays[f"o{k}"] for k in range(len(reference["outputs"]))))):
+        if same_bits(y, want):
+            continue
+        name = reference["declared"][k][0] if reference.get("declared") else str(k)
+        if y.shape != want.shape or y.dtype != want.dtype:
+            problems.append(f"output {name}: {y.dtype}{list(y.shape)} vs {want.dtype}{list(want.shape)}")
+            continue
+        a = np.ascontiguousarray(y).reshape(-1).view(np.uint8).reshape(y.size, -1)
+        b = np.ascontiguousarray(want).reshape(-1).view(np.uint8).reshape(want.size, -1)
+        differing.append(f"output {name}: {int((a != b).any(axis=1).sum())} of {y.size} elements differ in their bits")
+    return problems, differing
 
 
 def expect_refused(library: str) -> int:
