@@ -165,6 +165,24 @@ def _without_extra_outputs(model, names):
     return trimmed
 
 
+def _training_step_inputs(step, onnx_model, seed: int = 0) -> dict:
+    """Seeded inputs for verifying a converted training step (``step``: what training_step_function returned
+    as its holder): the verifier's random inputs, with integer ``labels`` drawn from the model's classes
+    (TF rejects a sparse label outside them; the verifier's generic integers are 0-3)."""
+    import numpy as np
+
+    from converters.verification import random_inputs
+
+    inputs = random_inputs(onnx_model, seed)
+    labels = inputs.get("labels")
+    outputs = getattr(step.model, "outputs", None)
+    if labels is not None and labels.dtype.kind in "iu" and outputs:
+        classes = outputs[0].shape[-1]
+        if classes:
+            inputs["labels"] = np.random.default_rng(seed + 1).integers(0, classes, labels.shape).astype(labels.dtype)
+    return inputs
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.verify:  # before TF's import: --verify judges against TF's Eigen kernels (converters.verification)
@@ -223,9 +241,7 @@ def main(argv=None) -> int:
     options = dict(seed=args.seed, rtol=args.verify_rtol, sum_rtol=args.verify_sum_rtol, spread=not args.no_tf_spread,
                    json_path=args.verify_json)
     if keep_alive is not None:  # a Keras training step: labels must be valid class indices
-        from converters.keras_models import training_step_inputs
-
-        options["inputs"] = training_step_inputs(keep_alive, model, args.seed)
+        options["inputs"] = _training_step_inputs(keep_alive, model, args.seed)
     try:
         if args.saved_model:
             tags = None if args.tag is None else _split(args.tag)

@@ -362,20 +362,3 @@ def training_step_function(model, loss, optimizer=None, learning_rate=None, from
             f"tracing the training step of {model.name!r} failed: {_reason(e)}"
         ) from e
 
-
-def training_step_inputs(step, onnx_model, seed: int = 0) -> dict:
-    """Seeded inputs for verifying a converted training step (``step``: what training_step_function returned
-    as its holder): the verifier's random inputs, with integer ``labels`` drawn from the model's classes
-    (TF rejects a sparse label outside them; the verifier's generic integers are 0-3)."""
-    import numpy as np
-
-    from converters.verification import random_inputs
-
-    inputs = random_inputs(onnx_model, seed)
-    labels = inputs.get("labels")
-    outputs = getattr(step.model, "outputs", None)
-    if labels is not None and labels.dtype.kind in "iu" and outputs:
-        classes = outputs[0].shape[-1]
-        if classes:
-            inputs["labels"] = np.random.default_rng(seed + 1).integers(0, classes, labels.shape).astype(labels.dtype)
-    return inputs

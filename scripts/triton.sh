@@ -100,7 +100,8 @@ if [ ! -f "$BACKEND_SO" ]; then
     done
     # Debian packages the build reads: rapidjson (backend, common) and googletest (common's CMake adds its
     # test folder unconditionally; configured, never built).
-    if [ ! -f /usr/include/rapidjson/rapidjson.h ] || [ ! -f /usr/src/googletest/CMakeLists.txt ]; then
+    debian_has() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+    if ! debian_has rapidjson-dev || ! debian_has googletest; then
         say "installing Debian's rapidjson-dev and googletest with apt-get (needed by the backend's build)"
         command -v apt-get >/dev/null || die "rapidjson-dev and googletest are missing and there is no apt-get"
         SUDO=; [ "$(id -u)" = 0 ] || SUDO=sudo
@@ -108,6 +109,11 @@ if [ ! -f "$BACKEND_SO" ]; then
             { $SUDO apt-get update -q >/dev/null &&
               $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q rapidjson-dev googletest >/dev/null; }
     fi
+    # googletest's source tree, where Debian put it: the folder of the shortest CMakeLists.txt it installed.
+    GOOGLETEST_SRC=$(dpkg -L googletest | grep 'CMakeLists.txt$' | awk '{ print length, $0 }' | sort -n | head -n 1 |
+                     cut -d' ' -f2-)
+    [ -n "$GOOGLETEST_SRC" ] || die "the googletest package lists no CMakeLists.txt"
+    GOOGLETEST_SRC=$(dirname "$GOOGLETEST_SRC")
     # A folder with libonnxruntime.so for the link: the wheel's runtime library under the unversioned name.
     ORT_LIB_DIR="$CACHE/ort-lib-$ORT_VERSION"
     mkdir -p "$ORT_LIB_DIR"
@@ -123,7 +129,7 @@ if [ ! -f "$BACKEND_SO" ]; then
         -DFETCHCONTENT_SOURCE_DIR_REPO-COMMON="$TRITON_SRC/common" \
         -DFETCHCONTENT_SOURCE_DIR_REPO-CORE="$TRITON_SRC/core" \
         -DFETCHCONTENT_SOURCE_DIR_REPO-BACKEND="$TRITON_SRC/backend" \
-        -DFETCHCONTENT_SOURCE_DIR_GOOGLETEST=/usr/src/googletest >"$CACHE/backend-configure.log" 2>&1 ||
+        -DFETCHCONTENT_SOURCE_DIR_GOOGLETEST="$GOOGLETEST_SRC" >"$CACHE/backend-configure.log" 2>&1 ||
         { tail -n 30 "$CACHE/backend-configure.log" >&2; die "configuring the backend failed (log: $CACHE/backend-configure.log)"; }
     PATH="$(dirname "$PYTHON"):$PATH" cmake --build "$BUILD" --target triton-onnxruntime-backend --parallel \
         >"$CACHE/backend-build.log" 2>&1 ||
