@@ -12,7 +12,7 @@
 # the files come back from $OUT).
 #
 # Stages (docs/cuda.md, "The GPU check"):
-#   1. cases   tools/gpu_check/export_cases.py: tests/golden/*.npz -> build/gpu_check/cases (NumPy only)
+#   1. cases   tools/gpu_check/export_cases.py: ort_ops/conformance/goldens/*.npz -> build/gpu_check/cases (NumPy only)
 #   2. build   cpp_ops/gpu_check (its own CMake project): the library's CPU kernels, and with a GPU its CUDA
 #              kernels for that GPU's architecture, with the library's exactness flags
 #   3. check   gpu_check: every golden case and the seeded random cases of every op, type and layout (large ones

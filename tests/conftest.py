@@ -107,3 +107,13 @@ def pytest_collection_modifyitems(config, items):
 def backend(request):
     """Each test using it runs once on the NumPy kernels and once through ONNX Runtime with the library."""
     return request.param
+
+
+@pytest.fixture(scope="session")
+def exported_cases(tmp_path_factory):
+    """Every golden case exported once per run as the conformance kit's node tests (ort_ops.conformance)."""
+    from ort_ops.conformance import nodetest
+
+    directory = tmp_path_factory.mktemp("conformance")
+    nodetest.export(directory)
+    return directory

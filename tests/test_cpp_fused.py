@@ -18,28 +18,15 @@ from onnx import helper
 import ort_ops
 from backends import library_session, run, run_ort
 from comparison import assert_bits_equal, check_error
-from golden_io import load_cases
+from ort_ops.conformance.goldens import load_cases
 
 OP = "FusedBatchNormClipFakeQuant"
 F32 = np.float32
 CASES = load_cases(OP)
 
 
-def _ids(cases):
-    return [c["note"] for c in cases]
-
-
-@pytest.mark.parametrize("backend", ["numpy", "ort"])
-@pytest.mark.parametrize("case", [c for c in CASES if "error" not in c], ids=_ids([c for c in CASES if "error" not in c]))
-def test_goldens(backend, case):
-    (got,) = run(backend, OP, case["inputs"], case["attrs"])
-    assert_bits_equal(case["outputs"][0], got, case["note"])
-
-
-@pytest.mark.parametrize("backend", ["numpy", "ort"])
-@pytest.mark.parametrize("case", [c for c in CASES if "error" in c], ids=_ids([c for c in CASES if "error" in c]))
-def test_golden_errors(backend, case):
-    check_error(OP, backend, case["inputs"], case["attrs"], case["error"])
+# The golden cases run through the conformance kit (tests/test_conformance.py): every output bit for bit (the
+# summed ones to their sum bound), TF's rejections with TF's words (ort_ops/conformance/rules.py).
 
 
 @pytest.mark.parametrize("backend", ["numpy", "ort"])

@@ -1,6 +1,6 @@
 """Bad input never crashes the library, and concurrent use of one session is safe.
 
-1. Every golden case TensorFlow rejects (tests/golden/*.npz entries with "error") runs through ONNX
+1. Every golden case TensorFlow rejects (ort_ops/conformance/goldens/*.npz entries with "error") runs through ONNX
    Runtime with the library in a child process (so a crash cannot take the test run down with it):
    each must end in an ORT error whose message names the op, unless the case is one of
    DOCUMENTED_DEVIATIONS: named entries (op, the golden case notes they cover, and the spec deviation that
@@ -23,7 +23,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 from comparison import assert_bits_equal  # noqa: E402
-from golden_io import golden_ops, load_cases  # noqa: E402
+from ort_ops.conformance.goldens import golden_ops, load_cases  # noqa: E402
 
 
 class Deviation(NamedTuple):

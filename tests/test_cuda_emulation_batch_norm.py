@@ -28,7 +28,7 @@ import ort_ops
 from backends import run_ort
 from comparison import assert_bits_equal
 from cuda_emulation.build import HOST_FLAGS, build_folder
-from golden_io import load_cases
+from ort_ops.conformance.goldens import load_cases
 from test_batch_norm import ALL_OPS, FORWARD_OPS, assert_close, float64_outputs, golden_compared
 
 ROOT = Path(__file__).resolve().parents[1]

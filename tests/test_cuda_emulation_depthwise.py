@@ -24,9 +24,9 @@ import pytest
 from backends import run_ort
 from comparison import assert_bits_equal
 from cuda_emulation.build import build_folder, nvcc_or_skip
-from golden_io import load_cases
+from ort_ops.conformance.goldens import load_cases
 from test_cpp_depthwise import make_attrs
-from test_depthwise import tolerance
+from test_depthwise import assert_close
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -147,14 +147,7 @@ def multiplier(op, inputs):
 
 def assert_close_to_cpu(op, got, want, inputs, attrs, context):
     """BackpropFilter: the GPU's summation order against the CPU's, by the suite's tolerance."""
-    g, w = got.astype(np.float64), want.astype(np.float64)
-    assert np.array_equal(np.isnan(g), np.isnan(w)), f"{context}: NaN positions differ"
-    assert np.array_equal(np.isinf(g), np.isinf(w)) and np.array_equal(g[np.isinf(w)], w[np.isinf(w)]), (
-        f"{context}: infinities differ")
-    finite = np.isfinite(w)
-    bound = tolerance(op, inputs, attrs, want.dtype)[finite]
-    err = np.abs(g[finite] - w[finite])
-    assert np.all(err <= bound), f"{context}: error {np.max(err - bound):.3g} over the bound"
+    assert_close(op, got, want, inputs, attrs, context)
 
 
 def check(emu, op, inputs, attrs, context):

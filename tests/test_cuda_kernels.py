@@ -46,7 +46,7 @@ import pytest
 import cuda_support as cs
 import ort_ops
 from comparison import bits_mismatch
-from golden_io import golden_ops, load_cases
+from ort_ops.conformance.goldens import golden_ops, load_cases
 from qdq_order_cases import nan_order_case
 
 ROOT = Path(__file__).resolve().parent.parent

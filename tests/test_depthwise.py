@@ -7,8 +7,8 @@
 * bad input: every error class, each message naming the op;
 * the onnx reference evaluator running each op.
 
-Tolerance (``assert_close``): each output element is a sum of n products (forward: kh*kw taps; BackpropInput:
-kh*kw*M; BackpropFilter: N*oh*ow output positions); S = sum(|products|) and the exact sum come from the
+Tolerance (``assert_close``; the conformance kit's rule, ort_ops/conformance/rules.py): each output element
+is a sum of n products (forward: kh*kw taps; BackpropInput: kh*kw*M; BackpropFilter: N*oh*ow output positions); S = sum(|products|) and the exact sum come from the
 reference run in float64 (on |inputs| for S), exact to ~n*2^-53*S. u is the unit roundoff of T.
 
 * float32/float64: the products and the running sum are rounded in T, so any order is within
@@ -45,7 +45,8 @@ import pytest
 import ort_ops
 from backends import BackendError, run
 from comparison import assert_bits_equal
-from golden_io import load_cases
+from ort_ops.conformance import judge, rules
+from ort_ops.conformance.goldens import load_cases
 from ort_ops.evaluator import reference_evaluator
 from ort_ops.model import make_single_op_model
 
@@ -55,91 +56,28 @@ BPF = "DepthwiseConv2dNativeBackpropFilter"
 OPS = (FWD, BPI, BPF)
 BF16 = np.dtype(ml_dtypes.bfloat16)
 DTYPES = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.float16), BF16)
-UNIT_ROUNDOFF = {"float32": 2.0**-24, "float64": 2.0**-53, "float16": 2.0**-11, "bfloat16": 2.0**-8}
-TINY = {"float32": 2.0**-126, "float64": 2.0**-1022, "float16": 2.0**-14, "bfloat16": 2.0**-126}
-LOW_PRECISION = ("float16", "bfloat16")
-LAMBDA = 5  # the probabilistic bound's multiple of sqrt(n)*u*S (module docstring)
 
 
 def reference(op, inputs, attrs):
     return ort_ops.get_spec(op).run_reference(inputs, attrs)[0]
 
 
-def spatial(shape, fmt):
-    """(N, H, W, C) of a 4-D shape in data_format."""
-    return (shape[0], shape[2], shape[3], shape[1]) if fmt == "NCHW" else tuple(shape)
-
-
-def summed_terms(op, inputs, attrs):
-    """How many products each output element sums (see the module docstring)."""
-    fmt = attrs.get("data_format", "NHWC")
-    if op == FWD:
-        kh, kw = inputs[1].shape[:2]
-        return kh * kw
-    if op == BPI:
-        kh, kw, _, m = inputs[1].shape
-        return kh * kw * m
-    n, oh, ow, _ = spatial(inputs[2].shape, fmt)
-    return n * oh * ow
-
-
-def magnitude(op, inputs, attrs):
-    """sum(|products|) per output element: the op itself in float64 on absolute values."""
-    absolute = [x if x.dtype == np.int32 else np.abs(x.astype(np.float64)) for x in inputs]
-    with np.errstate(invalid="ignore", over="ignore"):
-        return reference(op, absolute, attrs)
-
-
-def float64_inputs(inputs):
-    return [x if x.dtype == np.int32 else x.astype(np.float64) for x in inputs]
-
-
 def tolerance(op, inputs, attrs, dtype):
-    """The largest |ours - TF| allowed per output element (see the module docstring)."""
-    name = np.dtype(dtype).name
-    n = summed_terms(op, inputs, attrs)
-    u = UNIT_ROUNDOFF[name]
-    total = magnitude(op, inputs, attrs)
-    if name not in LOW_PRECISION:
-        return 2 * (n + 1) * u * total + n * TINY[name]
-    with np.errstate(invalid="ignore", over="ignore"):
-        exact = reference(op, float64_inputs(inputs), attrs)
-        ours = np.abs(reference(op, inputs, attrs).astype(np.float64) - exact)
-    float32_accumulation = u * np.abs(exact) + 2 * (n + 1) * UNIT_ROUNDOFF["float32"] * total
-    stepwise_rounding = LAMBDA * np.sqrt(n) * u * total
-    return ours + np.maximum(float32_accumulation, stepwise_rounding) + n * TINY[name]
+    """The largest |ours - TF| allowed per output element: the conformance kit's bound (module docstring)."""
+    return rules.depthwise_bound(op, inputs, attrs, dtype)
 
 
 def assert_close(op, got, want, inputs, attrs, context=""):
-    assert got.shape == want.shape, f"{context}: shape {got.shape} != {want.shape}"
-    assert got.dtype == want.dtype, f"{context}: dtype {got.dtype} != {want.dtype}"
-    g, w = got.astype(np.float64), want.astype(np.float64)
-    assert np.array_equal(np.isnan(g), np.isnan(w)), f"{context}: NaN positions differ"
-    assert np.array_equal(g[np.isinf(w)], w[np.isinf(w)]) and np.array_equal(np.isinf(g), np.isinf(w)), f"{context}: inf differ"
-    finite = np.isfinite(w)
-    bound = tolerance(op, inputs, attrs, want.dtype)[finite]
-    err = np.abs(g[finite] - w[finite])
-    worst = int(np.argmax(err - bound)) if err.size else 0
-    n = summed_terms(op, inputs, attrs)
-    assert np.all(err <= bound), f"{context}: error {err[worst]:.3g} over the bound {bound[worst]:.3g} (n={n})"
+    """``got`` within the bound of TF's ``want``: the kit's judgment (ort_ops/conformance/judge.py)."""
+    why = judge.bounded_mismatch(want, got, tolerance(op, inputs, attrs, np.asarray(want).dtype))
+    assert why is None, f"{context}: {why} (n={rules.depthwise_terms(op, inputs, attrs)})"
+
 
 # ---------------------------------------------------------------------------------------------------- goldens
 
 
-@pytest.mark.parametrize("op", OPS)
-def test_golden(backend, op):
-    cases = load_cases(op)
-    assert len(cases) > 40
-    for case in cases:
-        context = f"{op} [{case['note']}]"
-        if "error" in case:
-            with pytest.raises(BackendError) as err:
-                run(backend, op, case["inputs"], case["attrs"])
-            assert case["error"] in str(err.value), f"{context}: {err.value!s} lacks TF's message {case['error']!r}"
-            assert op in str(err.value), f"{context}: the message does not name the op: {err.value!s}"
-            continue
-        (got,) = run(backend, op, case["inputs"], case["attrs"])
-        assert_close(op, got, case["outputs"][0], case["inputs"], case["attrs"], context)
+# The golden cases themselves run through the conformance kit (tests/test_conformance.py), judged by this
+# same bound (ort_ops/conformance/rules.py).
 
 
 @pytest.mark.parametrize("op", OPS)
@@ -157,7 +95,7 @@ def test_wrong_outputs_fail_the_tolerance(op):
         masked = np.where(finite, 0, want).astype(want.dtype)  # specials kept, so only the bound can fail
         flipped = np.where(finite, -want.astype(np.float64), want.astype(np.float64)).astype(want.dtype)
         for wrong, what in ((masked, "zeros"), (flipped, "negated")):
-            with pytest.raises(AssertionError, match="over the bound"):
+            with pytest.raises(AssertionError, match="more than the bound"):
                 assert_close(op, wrong, want, case["inputs"], case["attrs"], f"{op} [{case['note']}] {what}")
         checked += 1
     assert checked > 40

@@ -123,7 +123,7 @@ def test_gpu_mode_report_and_torch_inputs(cpu_run):
 def _golden_count():
     import numpy as np
 
-    for path in sorted((ROOT / "tests" / "golden").glob("*.npz")):
+    for path in sorted((ROOT / "ort_ops" / "conformance" / "goldens").glob("*.npz")):
         with np.load(path) as data:
             yield from json.loads(bytes(data["__meta__"]).decode())
 

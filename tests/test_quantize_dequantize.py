@@ -1,6 +1,6 @@
 """Conformance of QuantizeAndDequantize{V2,V3,V4} and V4Grad: bit for bit against TensorFlow 2.21's goldens.
 
-Golden cases (tests/golden/QuantizeAndDequantize*.npz, from tools/goldens/gen_quantize_dequantize.py),
+Golden cases (ort_ops/conformance/goldens/QuantizeAndDequantize*.npz, from tools/goldens/gen_quantize_dequantize.py),
 TF-crashing and bad inputs; each on the NumPy kernels and through ORT. No TensorFlow here: the live
 comparisons are in test_quantize_dequantize_live.py.
 """
@@ -11,34 +11,14 @@ import pytest
 
 import ort_ops
 from backends import BackendError, run
-from golden_io import load_cases
-from comparison import key_phrase, outputs_mismatch
+from ort_ops.conformance.goldens import load_cases
+from comparison import outputs_mismatch
 
 OPS = ("QuantizeAndDequantizeV2", "QuantizeAndDequantizeV3", "QuantizeAndDequantizeV4", "QuantizeAndDequantizeV4Grad")
 
 
-@pytest.mark.parametrize("op", OPS)
-def test_golden(op, backend):
-    cases = load_cases(op)
-    assert len(cases) > 20
-    failures = []
-    for i, case in enumerate(cases):
-        try:
-            got = run(backend, op, case["inputs"], case["attrs"])
-        except BackendError as e:
-            if "error" not in case:
-                failures.append(f"case {i} ({case['note']}): unexpected error {e}")
-            elif op not in str(e) or key_phrase(case["error"]) not in str(e):
-                failures.append(f"case {i} ({case['note']}): {e} lacks {key_phrase(case['error'])!r}")
-            continue
-        if "error" in case:
-            failures.append(f"case {i} ({case['note']}): no error, TF says {case['error']!r}")
-            continue
-        # Every output bit for bit: which NaN TF keeps is reproduced too (see _qdq_eigen_order.py).
-        why = outputs_mismatch(case["outputs"], got)
-        if why:
-            failures.append(f"case {i} ({case['note']}): {why}")
-    assert not failures, f"{len(failures)} of {len(cases)} cases fail:\n" + "\n".join(failures[:20])
+# The golden cases run through the conformance kit (tests/test_conformance.py): every output bit for bit (the
+# summed ones to their sum bound), TF's rejections with TF's words (ort_ops/conformance/rules.py).
 
 
 X = np.linspace(-2, 2, 6, dtype=np.float32).reshape(2, 3)

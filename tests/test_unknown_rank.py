@@ -15,7 +15,7 @@ import pytest
 
 import ort_ops
 from backends import library_session
-from golden_io import load_cases
+from ort_ops.conformance.goldens import load_cases
 from ort_ops.model import make_single_op_model
 from ort_ops.schemas import register_schemas
 from ort_ops.specs import OP_SPECS

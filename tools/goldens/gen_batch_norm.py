@@ -1,6 +1,6 @@
 """Golden cases for FusedBatchNorm{,V2,V3} and FusedBatchNormGrad{,V2,V3}, computed by TensorFlow.
 
-Re-run with ``PYTHONPATH=. python tools/goldens/gen_batch_norm.py`` (writes tests/golden/FusedBatchNorm*.npz).
+Re-run with ``PYTHONPATH=. python tools/goldens/gen_batch_norm.py`` (writes ort_ops/conformance/goldens/FusedBatchNorm*.npz).
 TensorFlow runs its Eigen kernels (TF_ENABLE_ONEDNN_OPTS=0 is pinned here, whatever the CPU; the suite compares
 with oneDNN live, in tests/test_batch_norm_live.py).
 
@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from golden_io import save_cases  # noqa: E402
+from ort_ops.conformance.goldens import save_cases  # noqa: E402
 from tools.goldens._common import check_tf_mode  # noqa: E402
 
 import ort_ops  # noqa: E402

@@ -1,6 +1,6 @@
 """Golden cases for DepthwiseConv2dNative and its two backprops, computed by TensorFlow 2.21.
 
-Re-run with ``PYTHONPATH=. python tools/goldens/gen_depthwise.py`` (writes tests/golden/DepthwiseConv2dNative*.npz).
+Re-run with ``PYTHONPATH=. python tools/goldens/gen_depthwise.py`` (writes ort_ops/conformance/goldens/DepthwiseConv2dNative*.npz).
 
 TF's CPU build has two kernel sets for these ops, and whether oneDNN is on by default depends on the CPU
 (on with AVX-512). So the generator does not rely on the default: it runs two
@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import numpy as np  # noqa: E402
 
-from golden_io import load_cases, save_cases  # noqa: E402
+from ort_ops.conformance.goldens import load_cases, save_cases  # noqa: E402
 
 OPS = ("DepthwiseConv2dNative", "DepthwiseConv2dNativeBackpropInput", "DepthwiseConv2dNativeBackpropFilter")
 FWD, BPI, BPF = OPS

@@ -1,4 +1,4 @@
-"""Regenerates tests/golden/FakeQuant*.npz by running TensorFlow over each op's attribute grid.
+"""Regenerates ort_ops/conformance/goldens/FakeQuant*.npz by running TensorFlow over each op's attribute grid.
 
 Run: PYTHONPATH=. python tools/goldens/gen_fake_quant.py
 Inputs are edge values around the nudged grid (grid points, exact ties, the nudged bounds and one
@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 
 import numpy as np  # noqa: E402
 
-from golden_io import save_cases  # noqa: E402
+from ort_ops.conformance.goldens import save_cases  # noqa: E402
 from ort_ops.reference import _fake_quant as fq  # noqa: E402
 from tools.goldens._common import check_tf_mode, neighbours, specials, tf_case  # noqa: E402
 

@@ -1,6 +1,6 @@
 """Golden cases for FusedBatchNormClipFakeQuant, computed by TensorFlow's chain of the ops it fuses.
 
-Re-run with ``PYTHONPATH=. python tools/goldens/gen_fused.py`` (writes tests/golden/FusedBatchNormClipFakeQuant.npz).
+Re-run with ``PYTHONPATH=. python tools/goldens/gen_fused.py`` (writes ort_ops/conformance/goldens/FusedBatchNormClipFakeQuant.npz).
 TF has no such op: each case runs ``FusedBatchNormV3`` (inference) on TF's Eigen kernels, then the clip
 (``Relu6`` for [0, 6], ``Maximum``/``Minimum`` otherwise, nothing for an infinite bound), then
 ``FakeQuantWithMinMaxVars`` or ``FakeQuantWithMinMaxArgs`` (TF_ENABLE_ONEDNN_OPTS=0 is pinned here).
@@ -25,7 +25,7 @@ from tools.goldens._common import check_tf_mode, specials, tf_case  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from golden_io import save_cases  # noqa: E402
+from ort_ops.conformance.goldens import save_cases  # noqa: E402
 
 OP = "FusedBatchNormClipFakeQuant"
 F32 = np.float32

@@ -1,4 +1,4 @@
-"""Regenerates tests/golden/QuantizeAndDequantize*.npz by running TensorFlow over each op's attribute grid.
+"""Regenerates ort_ops/conformance/goldens/QuantizeAndDequantize*.npz by running TensorFlow over each op's attribute grid.
 
 Run: PYTHONPATH=. python tools/goldens/gen_quantize_dequantize.py
 Cases TF aborts on (V3 with axis < -1, V3 with non-scalar min/max and axis -1) are not run here;
@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 
 import numpy as np  # noqa: E402
 
-from golden_io import save_cases  # noqa: E402
+from ort_ops.conformance.goldens import save_cases  # noqa: E402
 from qdq_order_cases import nan_order_case  # noqa: E402
 from tools.goldens._common import check_tf_mode, neighbours, specials, tf_case  # noqa: E402
 

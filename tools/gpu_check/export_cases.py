@@ -1,9 +1,9 @@
-"""Export the golden cases (tests/golden/*.npz) to the plain format the GPU check program reads.
+"""Export the golden cases (ort_ops/conformance/goldens/*.npz) to the plain format the GPU check program reads.
 
-    python3 tools/gpu_check/export_cases.py [--golden tests/golden] --out DIR [--corrupt OP]
+    python3 tools/gpu_check/export_cases.py [--golden ort_ops/conformance/goldens] --out DIR [--corrupt OP]
 
 Needs NumPy only (no onnx, onnxruntime, ml_dtypes or TensorFlow): it reads the .npz files as
-tests/golden_io.py writes them (a JSON list of cases in ``__meta__``, arrays ``c<i>_i<j>`` / ``c<i>_o<k>``,
+ort_ops/conformance/goldens.py writes them (a JSON list of cases in ``__meta__``, arrays ``c<i>_i<j>`` / ``c<i>_o<k>``,
 bfloat16 stored as its uint16 bits) and writes one file per op, DIR/<op>.cases, which
 cpp_ops/gpu_check/cases.cc reads:
 
@@ -151,7 +151,7 @@ def export(golden: Path, out_dir: Path, corrupt: str | None = None) -> dict:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--golden", type=Path, default=ROOT / "tests" / "golden")
+    parser.add_argument("--golden", type=Path, default=ROOT / "ort_ops" / "conformance" / "goldens")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--corrupt", metavar="OP", help="make one expected value of OP wrong (self-test)")
     args = parser.parse_args(argv)

@@ -9,7 +9,7 @@ OUT_DIR/manifest.json lists the cases (absolute paths); each has an .onnx model 
     (free dims 2). A runtime that cannot read the model's IR version (onnxruntime 1.17 reads up to IR 9; the
     converters write IR 10 at opset 17, which IR 9 covers) runs a copy that differs only in that field. Each
     model also has a probe copy (probe_model) that outputs every value its nodes compute;
-  * a sample of the golden cases (tests/golden/*.npz): per op, N cases spread evenly over the file and a few
+  * a sample of the golden cases (ort_ops/conformance/goldens/*.npz): per op, N cases spread evenly over the file and a few
     of the cases TF rejects, each as the one-node model the golden tests build (tests/backends.py: untyped
     outputs, so that the library's shape inference declares them, and bfloat16 outputs Cast to float32),
     with bfloat16 inputs Cast from float32 in the graph as well (onnxruntime 1.17's Python API cannot feed
@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 import ort_ops  # noqa: E402
-from golden_io import golden_ops, load_cases  # noqa: E402
+from ort_ops.conformance.goldens import golden_ops, load_cases  # noqa: E402
 
 OLDEST_IR = 9  # the newest IR version onnxruntime 1.17 reads
 SEED = 0

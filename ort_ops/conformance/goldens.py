@@ -1,8 +1,9 @@
-"""Reading and writing golden cases: one compressed .npz per op under tests/golden/.
+"""The golden cases as shipped: one compressed .npz per op in ``goldens/``, written by tools/goldens/gen_*.py.
 
 A case is ``{"attrs": {...}, "inputs": [arrays], "outputs": [arrays]}`` or, for input TF rejects,
-``{"attrs": ..., "inputs": ..., "error": "TF's message"}``. ``"note"`` says what the case covers.
-Arrays keep their dtype (bfloat16 is stored as its uint16 bits with a marker).
+``{"attrs": ..., "inputs": ..., "error": "TF's message"}``. ``"note"`` says what the case covers. An output TF
+leaves undefined is stored as an empty bool array. Arrays keep their dtype (bfloat16 is stored as its uint16
+bits with a marker). ``nodetest.export`` turns them into ONNX node tests.
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-GOLDEN_DIR = Path(__file__).resolve().parent / "golden"
+GOLDEN_DIR = Path(__file__).resolve().parent / "goldens"
 
 
 def _pack(arr):
