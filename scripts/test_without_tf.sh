@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The golden tests in an environment without TensorFlow: .venv-notf holds the project and pytest only.
+# The golden tests in an environment without TensorFlow: .venv-notf holds the project (with its extensions
+# extra, onnxruntime-extensions) and pytest only.
 # Every test module that needs TensorFlow is deselected by its marker (and not even imported); every golden
 # test runs. Proves that the committed goldens keep the suite meaningful without TF.
 #
@@ -13,9 +14,22 @@ if [ ! -x .venv-notf/bin/python ]; then
 fi
 # The CUDA variant where nvcc is on PATH, as scripts/setup.sh builds it (pip install's default is CPU-only).
 export TFOPS_CUDA=${TFOPS_CUDA:-$(command -v "${CUDACXX:-nvcc}" >/dev/null && echo ON || echo OFF)}
-.venv-notf/bin/python -m pip install -q . pytest
+.venv-notf/bin/python -m pip install -q ".[extensions]" pytest
 if .venv-notf/bin/python -c "import tensorflow" 2>/dev/null; then
   echo "test_without_tf.sh: TensorFlow is importable in .venv-notf; this run would prove nothing" >&2
   exit 1
 fi
 .venv-notf/bin/python -m pytest -q -p no:cacheprovider tests -m "not tensorflow" "$@"
+# The conformance kit as a user runs it: the installed package only (run from outside the source tree, whose
+# ort_ops would otherwise be imported), on each backend; every case passes or, on extensions, is named as not
+# runnable there.
+KIT=$(mktemp -d)
+trap 'rm -rf "$KIT"' EXIT
+NOTF_PYTHON=$(pwd)/.venv-notf/bin/python
+for backend in ort reference extensions; do
+  (cd "$KIT" && "$NOTF_PYTHON" -m ort_ops.conformance run --backend "$backend" --show 5)
+done
+(cd "$KIT" && "$NOTF_PYTHON" -m ort_ops.conformance export cases >/dev/null && "$NOTF_PYTHON" -c "
+from onnx.backend.test.loader import load_model_tests
+print('onnx.backend.test loads', len(load_model_tests('cases', 'cases')), 'cases and',
+      len(load_model_tests('cases', 'rejections')), 'rejections')")

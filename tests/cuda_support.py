@@ -28,7 +28,9 @@ import numpy as np
 
 import ort_ops
 from backends import decode_outputs, single_op_model
-from comparison import bits_mismatch, key_phrase, quantization_mismatch
+from comparison import bits_mismatch
+from ort_ops.conformance import judge as kit_judge
+from ort_ops.conformance import rules as kit_rules
 from ort_ops.spec import OpError
 
 CUDA_EP = "CUDAExecutionProvider"
@@ -346,25 +348,21 @@ def outputs_mismatch(op, inputs, attrs, want, got) -> Optional[str]:
 
 
 def golden_mismatch(op, case, got: Outcome) -> Optional[str]:
-    """The suite's own rule against TF's golden case (as in test_fake_quant.py, test_quantize_dequantize.py,
-    test_batch_norm.py, test_depthwise.py)."""
+    """The conformance kit's rules against TF's golden case (ort_ops/conformance/rules.py)."""
     if "error" in case:
         if got.error is None:
             return f"no error, TF says {case['error']!r}"
-        phrase = key_phrase(case["error"]) if op in BIT_EXACT_OPS else case["error"]
-        if op not in got.error or phrase not in got.error:
-            return f"message {got.error!r} lacks the op name or TF's {phrase!r}"
-        return None
+        return kit_judge.rejection_mismatch(kit_rules.rejection_phrases(op, case["error"]), got.error)
     if got.error is not None:
         return f"unexpected error {got.error}"
     want = case["outputs"]
-    if op in BIT_EXACT_OPS:
-        return quantization_mismatch(op, case["inputs"], want, got.outputs)
-    if op in DEPTHWISE_OPS:
-        return _assertion(lambda: _depthwise_checks().assert_close(op, got.outputs[0], want[0], case["inputs"],
-                                                                  case["attrs"], "output 0"))
-    bn = _batch_norm_checks()
-    return _assertion(lambda: bn.compare_outputs(got.outputs, want, op, skip=bn.golden_compared(want)))
+    if len(got.outputs) != len(want):
+        return f"{len(got.outputs)} outputs, expected {len(want)}"
+    for k, (rule, w, g) in enumerate(zip(kit_rules.output_rules(op, case["inputs"], case["attrs"], want), want, got.outputs)):
+        why = kit_judge.mismatch(rule, w, g)
+        if why:
+            return f"output {k} ({rule.judge}): {why}"
+    return None
 
 
 def judge(op, inputs, attrs, target: Target, want: Outcome, got: Outcome, case=None) -> list:

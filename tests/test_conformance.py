@@ -248,3 +248,30 @@ def test_export_refuses_a_directory_it_did_not_write(tmp_path):
     out = _cli("export", str(tmp_path))
     assert out.returncode == 2 and "is not empty" in out.stderr
     assert (tmp_path / "precious.txt").exists()
+
+
+def test_the_installed_package_carries_the_cases(tmp_path):
+    """pip install is all a user needs: the installed ort_ops (imported from outside the source tree) holds the
+    goldens and runs the kit."""
+    code = ("import ort_ops.conformance.goldens as g, sys; print(g.__file__); "
+            "print(len(g.golden_ops())); sys.exit(0 if len(g.golden_ops()) == 20 else 1)")
+    where = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert where.returncode == 0, where.stdout + where.stderr
+    assert "site-packages" in where.stdout.splitlines()[0], where.stdout
+    out = subprocess.run([sys.executable, "-m", "ort_ops.conformance", "run", "--ops", "QuantizeAndDequantizeV4Grad"],
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 0 and "site-packages" in out.stdout, out.stdout + out.stderr
+
+
+def test_a_node_that_fell_back_to_the_cpu_fails_its_case(exported_cases):
+    """--provider X: a node ORT's profiler saw run on another provider fails, naming both. (The CPU build of
+    onnxruntime has the Azure provider, which runs no op of the domain, so every node falls back to the CPU.)"""
+    import onnxruntime as ort
+
+    if "AzureExecutionProvider" not in ort.get_available_providers():
+        pytest.skip(f"this onnxruntime has no second execution provider: {ort.get_available_providers()}")
+    cases = [c for c in nodetest.load(exported_cases, ["FakeQuantWithMinMaxArgs"]) if not c.is_rejection][:3]
+    results = runner.run_cases(runner.make_backend("ort", "AzureExecutionProvider"), cases)
+    for r in results:
+        assert r.status == runner.FAILED, r
+        assert "ran on CPUExecutionProvider, not on AzureExecutionProvider" in r.reason, r

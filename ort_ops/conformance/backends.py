@@ -2,7 +2,8 @@
 ``Rejected`` with the runtime's message when the implementation refuses the input.
 
 * ``ort``: ONNX Runtime with the library (the installed one, or a user's own build) on one execution
-  provider; ``placement`` says which provider ORT's profiler saw run the node.
+  provider; ``placement`` says which provider ORT's profiler saw run the node, and a node that fell back
+  from the provider asked for to the CPU fails its case.
 * ``reference``: ``onnx.reference.ReferenceEvaluator`` with the NumPy kernels.
 * ``extensions``: the NumPy kernels as onnxruntime-extensions Python ops inside ONNX Runtime
   (``ort_ops.conformance.extensions``).
@@ -31,6 +32,10 @@ CPU_PROVIDER = "CPUExecutionProvider"
 
 class Rejected(Exception):
     """The implementation refused the input; ``str()`` is its message."""
+
+
+class PlacementError(Exception):
+    """The node did not run on the execution provider that was asked for (the case fails)."""
 
 
 class Backend:
@@ -83,7 +88,8 @@ def bfloat16_as_float32(model: onnx.ModelProto) -> tuple:
     return model, cast
 
 
-def _ort_value(x: np.ndarray):
+def ort_value(x: np.ndarray):
+    """An onnxruntime input (bfloat16 passes as its bits, typed BFLOAT16)."""
     import onnxruntime as ort
 
     x = np.require(x, requirements="C")
@@ -141,7 +147,7 @@ class OrtBackend(Backend):
         sess = None
         try:
             sess = self._session(model)
-            feed = {i.name: _ort_value(x) for i, x in zip(model.graph.input, case.inputs)}
+            feed = {i.name: ort_value(x) for i, x in zip(model.graph.input, case.inputs)}
             outs = [v.numpy() for v in sess.run_with_ort_values(None, feed)]
         except Exception as e:
             if _is_ort_error(e):
@@ -150,6 +156,8 @@ class OrtBackend(Backend):
         finally:
             if sess is not None:
                 self._last_placement = self._read_profile(sess, case.model.graph.node[0].name)
+        if self.provider != CPU_PROVIDER and self._last_placement and self.provider not in self._last_placement:
+            raise PlacementError(f"the node ran on {self._last_placement}, not on {self.provider}")
         if cast:
             import ml_dtypes
 
