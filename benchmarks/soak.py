@@ -35,10 +35,7 @@ import onnxruntime as ort  # noqa: E402
 
 import ort_ops  # noqa: E402
 from converters.verification import same_bits  # noqa: E402
-
-_NP = {onnx.TensorProto.FLOAT: np.float32, onnx.TensorProto.DOUBLE: np.float64,
-       onnx.TensorProto.INT32: np.int32, onnx.TensorProto.INT64: np.int64}
-
+from models.inputs import declared_inputs  # noqa: E402
 
 def memory_kib() -> dict:
     """VmRSS and VmHWM of this process in KiB (Linux /proc/self/status)."""
@@ -49,22 +46,6 @@ def memory_kib() -> dict:
             if key in ("VmRSS", "VmHWM"):
                 out[key] = int(value.split()[0])
     return out
-
-
-def model_inputs(model: onnx.ModelProto, seed: int, free_dim: int) -> dict:
-    rng = np.random.default_rng(seed)
-    feed = {}
-    for value in model.graph.input:
-        tensor = value.type.tensor_type
-        shape = [d.dim_value if d.HasField("dim_value") else free_dim for d in tensor.shape.dim]
-        dtype = _NP[tensor.elem_type]
-        if np.dtype(dtype).kind == "i":
-            feed[value.name] = rng.integers(0, 10, shape).astype(dtype)
-        elif value.name == "images":
-            feed[value.name] = rng.uniform(0.0, 1.0, shape).astype(dtype)
-        else:
-            feed[value.name] = np.clip(rng.standard_normal(shape), -2.5, 2.5).astype(dtype)
-    return feed
 
 
 def identical(want, got) -> bool:
@@ -114,7 +95,7 @@ def main(argv=None) -> int:
         so.intra_op_num_threads = args.intra_op_threads
     sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
     names = [o.name for o in sess.get_outputs()]
-    feeds = [model_inputs(model, seed, args.free_dim) for seed in range(args.inputs)]
+    feeds = [declared_inputs(model, seed, args.free_dim) for seed in range(args.inputs)]
     reference = [sess.run(names, feed) for feed in feeds]
     rss0 = memory_kib()
     print(f"soak: {path.relative_to(ROOT)}, {args.threads} threads, {args.inputs} distinct inputs, "

@@ -13,19 +13,24 @@ benchmarks/soak.py is the long version (minutes, resident memory over time).
 """
 from __future__ import annotations
 
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
 
-import ort_ops
-from comparison import bits_mismatch
-
 ROOT = Path(__file__).resolve().parent.parent
+# models/ is a package of the repository, not of the installed distribution (as in test_models.py).
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import ort_ops  # noqa: E402
+from comparison import bits_mismatch  # noqa: E402
+from models.inputs import declared_inputs  # noqa: E402
+
 MODEL_PATHS = sorted((ROOT / "models").glob("*/model.custom.onnx"))
 THREADS = 4
 RUNS_PER_THREAD = 3
@@ -37,27 +42,10 @@ CHURN_THREADS = 8
 CHURN_SESSIONS = 10  # per thread
 CHURN_MODELS = ("fourbit_cnn", "qdq")
 
-_NP = {onnx.TensorProto.FLOAT: np.float32, onnx.TensorProto.DOUBLE: np.float64,
-       onnx.TensorProto.INT32: np.int32, onnx.TensorProto.INT64: np.int64}
-
 
 def model_inputs(path: Path, seed: int, free_dim: int = FREE_DIM) -> dict:
-    """Seeded inputs from the model's input declarations, as models/run_all.py feeds them: images in [0, 1),
-    labels in [0, 10), the qdq model's ``x`` standard normal clipped to [-2.5, 2.5]; free dims ``free_dim``."""
-    model = onnx.load(str(path), load_external_data=False)
-    rng = np.random.default_rng(seed)
-    feed = {}
-    for value in model.graph.input:
-        tensor = value.type.tensor_type
-        shape = [d.dim_value if d.HasField("dim_value") else free_dim for d in tensor.shape.dim]
-        dtype = _NP[tensor.elem_type]
-        if np.dtype(dtype).kind == "i":
-            feed[value.name] = rng.integers(0, 10, shape).astype(dtype)
-        elif value.name == "images":
-            feed[value.name] = rng.uniform(0.0, 1.0, shape).astype(dtype)
-        else:
-            feed[value.name] = np.clip(rng.standard_normal(shape), -2.5, 2.5).astype(dtype)
-    return feed
+    """Seeded inputs from the model's input declarations, as models/run_all.py feeds them (models/inputs.py)."""
+    return declared_inputs(onnx.load(str(path), load_external_data=False), seed, free_dim)
 
 
 def make_session(path: Path, **options) -> ort.InferenceSession:
