@@ -275,3 +275,12 @@ def test_a_node_that_fell_back_to_the_cpu_fails_its_case(exported_cases):
     for r in results:
         assert r.status == runner.FAILED, r
         assert "ran on CPUExecutionProvider, not on AzureExecutionProvider" in r.reason, r
+
+
+def test_cuda_provider_with_a_library_without_cuda_kernels_is_refused_up_front(monkeypatch):
+    import ort_ops.library
+
+    monkeypatch.setattr(ort_ops.library, "cuda_build_info",
+                        lambda path=None: {"cuda_kernels": False, "reason": "TFOPS_CUDA=OFF (the default)"})
+    with pytest.raises(ValueError, match=r"has no CUDA kernels \(TFOPS_CUDA=OFF \(the default\)\); build it with TFOPS_CUDA=ON"):
+        runner.make_backend("ort", "CUDAExecutionProvider")

@@ -28,6 +28,7 @@ from onnx import TensorProto, helper
 from ort_ops.spec import OpError
 
 CPU_PROVIDER = "CPUExecutionProvider"
+CUDA_PROVIDER = "CUDAExecutionProvider"
 
 
 class Rejected(Exception):
@@ -102,6 +103,19 @@ def _is_ort_error(e: Exception) -> bool:
     return type(e).__module__.startswith("onnxruntime")
 
 
+def _require_cuda_kernels(library: str) -> None:
+    """A library without CUDA kernels would run every node on the CPU: say so before running anything."""
+    from ort_ops.library import cuda_build_info
+
+    try:
+        info = cuda_build_info(library)
+    except (OSError, AttributeError):  # not this project's build: its nodes' placement will tell
+        return
+    if not info["cuda_kernels"]:
+        raise ValueError(f"--provider {CUDA_PROVIDER}: the library {library} has no CUDA kernels "
+                         f"({info['reason'] or 'built without them'}); build it with TFOPS_CUDA=ON (docs/cuda.md)")
+
+
 class OrtBackend(Backend):
     """ONNX Runtime with the custom-op library registered, on ``provider`` (CPU fallback for other nodes)."""
 
@@ -112,13 +126,15 @@ class OrtBackend(Backend):
 
         from ort_ops.library import library_path
 
+        self.library = str(Path(library).resolve()) if library else library_path()
+        if not os.path.isfile(self.library):
+            raise FileNotFoundError(f"--library {self.library}: no such file")
+        if provider == CUDA_PROVIDER:
+            _require_cuda_kernels(self.library)
         if provider not in ort.get_available_providers():
             raise ValueError(f"execution provider {provider!r} is not in this onnxruntime "
                              f"({ort.__version__}): it has {ort.get_available_providers()}")
         self.provider = provider
-        self.library = str(Path(library).resolve()) if library else library_path()
-        if not os.path.isfile(self.library):
-            raise FileNotFoundError(f"--library {self.library}: no such file")
         self.threads = threads
         self._profiles = tempfile.mkdtemp(prefix="tfops-conformance-")
         weakref.finalize(self, shutil.rmtree, self._profiles, True)

@@ -24,7 +24,7 @@ import numpy as np
 import onnx
 from onnx.backend.base import Backend, BackendRep
 
-from ort_ops.conformance.backends import CPU_PROVIDER, OrtBackend
+from ort_ops.conformance.backends import CPU_PROVIDER, CUDA_PROVIDER, OrtBackend
 
 
 class OrtLibraryRep(BackendRep):
@@ -43,14 +43,14 @@ class OrtLibraryBackend(Backend):
 
     @classmethod
     def prepare(cls, model, device: str = "CPU", **kwargs):
-        provider = CPU_PROVIDER if device == "CPU" else "CUDAExecutionProvider"
+        provider = CPU_PROVIDER if device == "CPU" else CUDA_PROVIDER
         return OrtLibraryRep(model, OrtBackend(provider, cls.library))
 
     @classmethod
     def supports_device(cls, device: str) -> bool:
         import onnxruntime as ort
 
-        return device == "CPU" or (device == "CUDA" and "CUDAExecutionProvider" in ort.get_available_providers())
+        return device == "CPU" or (device == "CUDA" and CUDA_PROVIDER in ort.get_available_providers())
 
 
 def read_data_set(case_dir) -> tuple:
