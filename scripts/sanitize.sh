@@ -1,7 +1,7 @@
 #!/bin/sh
 # Builds an AddressSanitizer + UndefinedBehaviorSanitizer variant of the custom-op library in its own
 # build folder and runs every C++ test file (tests/test_cpp_*.py: parity with the NumPy kernels and
-# bad input, for every op family) against it.
+# bad input, for every op family) and every golden case (the conformance kit) against it.
 #
 #   scripts/sanitize.sh [extra pytest args]
 #
@@ -57,11 +57,13 @@ for runtime in "$ASAN_RUNTIME" "$UBSAN_RUNTIME"; do
 done
 
 cd "$ROOT"
-ORT_OPS_LIBRARY="$BUILD/libort_tf_ops.so" \
-LD_PRELOAD="$ASAN_RUNTIME $UBSAN_RUNTIME" \
-ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
-UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-PYTHONPATH="$ROOT" \
-TF_CPP_MIN_LOG_LEVEL=2 \
-TF_ENABLE_ONEDNN_OPTS=0 \
-    "$PYTHON" -m pytest -q -p no:cacheprovider tests/test_cpp_*.py "$@"
+export ORT_OPS_LIBRARY="$BUILD/libort_tf_ops.so"
+export LD_PRELOAD="$ASAN_RUNTIME $UBSAN_RUNTIME"
+export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1
+export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+export PYTHONPATH="$ROOT"
+export TF_CPP_MIN_LOG_LEVEL=2
+export TF_ENABLE_ONEDNN_OPTS=0
+"$PYTHON" -m pytest -q -p no:cacheprovider tests/test_cpp_*.py "$@"
+# Every golden case (TF's rejections included) through the conformance kit, on the instrumented library.
+"$PYTHON" -m ort_ops.conformance run --library "$BUILD/libort_tf_ops.so"

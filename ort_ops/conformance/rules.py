@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import Union
 
 import numpy as np
 
@@ -172,14 +172,3 @@ def rejection_phrases(op: str, tf_message: str) -> list:
     """What the message of an implementation that rejects TF-rejected input must contain."""
     exact = get_spec(op).family in ("batch_norm", "depthwise")
     return [op, tf_message if exact else key_phrase(tf_message)]
-
-
-def describe(rule: Rule) -> Optional[str]:
-    """One line on how the rule judges, for reports."""
-    if rule.judge == BITS:
-        return "bit for bit"
-    if rule.judge == PLACEHOLDER:
-        return "undefined in TF, not compared"
-    if isinstance(rule.bound, np.ndarray):
-        return f"{rule.judge}: per-element bound (max {float(np.nanmax(rule.bound, initial=0.0)):.3g})"
-    return f"{rule.judge}: |got - want| <= {rule.bound:.3g}"
