@@ -14,6 +14,10 @@
 #                library: its CPU kernels must still pass everything (about a minute on one core).
 #     bench      benchmarks/bench_cuda.py (BENCH_ARGS are passed on: "--suite main", then "--suite mobilenet",
 #                each fits one command).
+#     kit        the conformance kit as a user runs it on the GPU: python -m ort_ops.conformance run --provider
+#                CUDAExecutionProvider (every golden case; a node that falls back to the CPU fails its case);
+#                with GPU_LOG_DIR its JSON report is gpu-kit.json there. Cheap (one session per case): add it to
+#                the call of the suite stage.
 #     pack [V]   HERE, not on the GPU machine: downloads onnxruntime-gpu V (default 1.31.1, Python 3.12) with pip,
 #                splits it into chunks that fit one call each beside the working tree and the library, and prints
 #                the device tool calls below with their exact chunk names.
@@ -50,7 +54,7 @@
 #  GPU  5. On the same warm machine, one call each, back to back, every one with
 #            carry: ["build/cuda/libort_tf_ops.so"], timeout_s: 600, and the command
 #              PYTHONPATH=~/site ORT_OPS_LIBRARY=$PWD/build/cuda/libort_tf_ops.so GPU_LOG_DIR=$OUT bash scripts/gpu.sh STAGE
-#            for STAGE = tests:2/3, then tests:3/3, then suite, then bench with BENCH_ARGS="--suite main" in front,
+#            for STAGE = tests:2/3, then tests:3/3, then "suite kit", then bench with BENCH_ARGS="--suite main" in front,
 #            then bench with BENCH_ARGS="--suite mobilenet".
 #          The logs come back from $OUT after each call. If the machine was given back in between (a gap of more
 #          than 30 s, or its 30 minutes), ~/site is gone: start again at call 3.
@@ -110,7 +114,7 @@ if [ "${1:-}" = pack ]; then
     echo "  run carry [\".device-ort/c$k\"] timeout_s 120: mkdir -p ~/ort && cp .device-ort/c$k/* ~/ort/"
   done
   echo "  run carry [\".device-ort/c$last\", \"$lib\"] timeout_s 600: mkdir -p ~/ort && cp .device-ort/c$last/* ~/ort/ && cat ~/ort/part_* > ~/ort/\$(cat ~/ort/WHEEL_NAME) && python3 -m pip install -q --no-index --no-deps --no-compile --target ~/site ~/ort/\$(cat ~/ort/WHEEL_NAME) && PYTHONPATH=~/site ORT_OPS_LIBRARY=\$PWD/$lib GPU_LOG_DIR=\$OUT bash scripts/gpu.sh tests:1/3"
-  for stage in tests:2/3 tests:3/3 suite 'BENCH_ARGS="--suite main" bench' 'BENCH_ARGS="--suite mobilenet" bench'; do
+  for stage in tests:2/3 tests:3/3 'suite kit' 'BENCH_ARGS="--suite main" bench' 'BENCH_ARGS="--suite mobilenet" bench'; do
     prefix=""; st=$stage
     case "$stage" in BENCH_ARGS=*) prefix="${stage% bench} "; st=bench ;; esac
     echo "  run carry [\"$lib\"] timeout_s 600: ${prefix}PYTHONPATH=~/site ORT_OPS_LIBRARY=\$PWD/$lib GPU_LOG_DIR=\$OUT bash scripts/gpu.sh $st"
@@ -125,13 +129,13 @@ STAGES=("$@")
 [ ${#STAGES[@]} -eq 0 ] && STAGES=(tests suite bench)
 for s in "${STAGES[@]}"; do
   case "$s" in
-    tests|suite|bench) ;;
+    tests|suite|bench|kit) ;;
     tests:*/*)
       k=${s#tests:}; n=${k#*/}; k=${k%/*}
       if ! [[ "$k" =~ ^[0-9]+$ && "$n" =~ ^[0-9]+$ ]] || [ "$k" -lt 1 ] || [ "$k" -gt "$n" ]; then
         echo "gpu.sh: bad shard '$s' (tests:K/N with 1 <= K <= N)" >&2; exit 2
       fi ;;
-    *) echo "gpu.sh: unknown stage '$s' (tests, tests:K/N, suite, bench; pack runs alone)" >&2; exit 2 ;;
+    *) echo "gpu.sh: unknown stage '$s' (tests, tests:K/N, suite, bench, kit; pack runs alone)" >&2; exit 2 ;;
   esac
 done
 [ -n "${GPU_LOG_DIR:-}" ] && mkdir -p "$GPU_LOG_DIR"
@@ -211,6 +215,8 @@ for s in "${STAGES[@]}"; do
     tests:*) k=${s#tests:}; stage "$s" run_tests "${k%/*}" "${k#*/}" ;;
     suite) stage suite "$PYTHON" -m pytest -q -p no:cacheprovider -rs tests -m "not tensorflow" \
              --ignore=tests/test_cuda_kernels.py --ignore=tests/test_gpu_check.py ;;
+    kit) stage kit "$PYTHON" -m ort_ops.conformance run --provider CUDAExecutionProvider \
+           ${GPU_LOG_DIR:+--json "$GPU_LOG_DIR/gpu-kit.json"} ;;
     bench) # shellcheck disable=SC2086  (BENCH_ARGS is a list of words)
            stage bench "$PYTHON" benchmarks/bench_cuda.py ${BENCH_ARGS:-} ;;
   esac

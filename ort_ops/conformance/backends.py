@@ -131,6 +131,13 @@ class OrtBackend(Backend):
             raise FileNotFoundError(f"--library {self.library}: no such file")
         if provider == CUDA_PROVIDER:
             _require_cuda_kernels(self.library)
+        if provider == CUDA_PROVIDER and hasattr(ort, "preload_dlls"):
+            # onnxruntime-gpu finds pip's nvidia-* CUDA libraries only after this; a missing one shows when
+            # the first session falls back or fails, with ORT's own message.
+            try:
+                ort.preload_dlls()
+            except Exception:  # noqa: BLE001
+                pass
         if provider not in ort.get_available_providers():
             raise ValueError(f"execution provider {provider!r} is not in this onnxruntime "
                              f"({ort.__version__}): it has {ort.get_available_providers()}")
