@@ -179,20 +179,7 @@ Prepared FakeQuantPerChannelGradient(const Case& c) {
 
 // ---------------------------------------------------------------------------------- QuantizeAndDequantize
 
-tfops::QdqView ChannelView(const Tensor& x, int64_t axis) {  // as quantize_dequantize_ops.cc
-  tfops::QdqView v;
-  if (axis == -1) {
-    v.post = x.count();
-    return v;
-  }
-  v.per_axis = true;
-  v.pre = 1;
-  for (int64_t i = 0; i < axis; ++i) v.pre *= x.shape[i];
-  v.depth = x.shape[axis];
-  v.post = 1;
-  for (std::size_t i = axis + 1; i < x.shape.size(); ++i) v.post *= x.shape[i];
-  return v;
-}
+tfops::QdqView ChannelView(const Tensor& x, int64_t axis) { return tfops::QdqViewOf(x.shape.data(), x.shape.size(), axis); }
 
 template <typename T>
 Prepared QdqForward(const Case& c, int64_t axis, const tfops::QdqOptions& options, std::vector<std::size_t> host) {

@@ -52,6 +52,22 @@ struct QdqView {
   bool per_axis = false;  // an axis was given (a per-tensor op is [1, 1, n] with this false)
 };
 
+// The view of a tensor with `rank` dims `dims` around `axis` (-1: the whole tensor is one channel; the
+// checks have validated the axis). Shared by the ORT adapters and the GPU check program.
+inline QdqView QdqViewOf(const int64_t* dims, std::size_t rank, int64_t axis) {
+  QdqView v;
+  v.post = 1;
+  for (std::size_t i = 0; i < rank; ++i) v.post *= dims[i];
+  if (axis == -1) return v;
+  v.per_axis = true;
+  v.pre = 1;
+  for (int64_t i = 0; i < axis; ++i) v.pre *= dims[i];
+  v.depth = dims[axis];
+  v.post = 1;
+  for (std::size_t i = static_cast<std::size_t>(axis) + 1; i < rank; ++i) v.post *= dims[i];
+  return v;
+}
+
 // The integer grid [lo, hi] of TF's ComputeQuantizationRange.
 struct QdqGrid {
   int64_t lo = 0;

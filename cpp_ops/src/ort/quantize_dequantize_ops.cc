@@ -16,21 +16,7 @@ namespace tfops {
 namespace ort {
 namespace {
 
-// [pre, depth, post] around `axis` (-1: the whole tensor is one channel).
-QdqView ChannelView(const Tensor& x, int64_t axis) {
-  QdqView v;
-  if (axis == -1) {
-    v.post = x.size;
-    return v;
-  }
-  v.per_axis = true;
-  v.pre = 1;
-  for (int64_t i = 0; i < axis; ++i) v.pre *= x.shape[i];
-  v.depth = x.shape[axis];
-  v.post = 1;
-  for (std::size_t i = axis + 1; i < x.rank(); ++i) v.post *= x.shape[i];
-  return v;
-}
+QdqView ChannelView(const Tensor& x, int64_t axis) { return QdqViewOf(x.shape.data(), x.rank(), axis); }
 
 template <typename T>
 void RunForward(KernelContext& ctx, const Tensor& x, const Tensor& mn, const Tensor& mx, int64_t axis,
