@@ -22,7 +22,7 @@ import pytest
 import ort_ops
 from backends import BackendError, run
 from converters.verification import same_bits
-from ort_ops.conformance import rules
+from ort_ops.conformance import judge, rules
 from ort_ops.conformance.rules import key_phrase  # noqa: F401 (the suite's name for it)
 
 
@@ -62,14 +62,7 @@ def assert_bits_equal(want, got, what, nan_payloads: bool = True):
 
 def sum_mismatch(expected, actual, gradients) -> Optional[str]:
     """Summed outputs may be accumulated in any order: within 1e-6 * sum|g|, NaN-ness equal."""
-    expected, actual = np.asarray(expected), np.asarray(actual)
-    if expected.dtype != actual.dtype or expected.shape != actual.shape:
-        return f"dtype/shape {actual.dtype}{actual.shape} != {expected.dtype}{expected.shape}"
-    if (np.isnan(expected) != np.isnan(actual)).any():
-        return "NaN positions differ"
-    tol = rules.sum_bound(gradients)
-    ok = np.isnan(expected) | (expected == actual) | (np.abs(expected.astype(np.float64) - actual) <= tol)
-    return None if ok.all() else f"sums differ: {actual} != {expected} (tolerance {tol})"
+    return judge.bounded_mismatch(expected, actual, rules.sum_bound(gradients))
 
 
 def outputs_mismatch(expected, actual, summed=(), gradients=None) -> Optional[str]:

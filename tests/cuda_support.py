@@ -356,13 +356,7 @@ def golden_mismatch(op, case, got: Outcome) -> Optional[str]:
     if got.error is not None:
         return f"unexpected error {got.error}"
     want = case["outputs"]
-    if len(got.outputs) != len(want):
-        return f"{len(got.outputs)} outputs, expected {len(want)}"
-    for k, (rule, w, g) in enumerate(zip(kit_rules.output_rules(op, case["inputs"], case["attrs"], want), want, got.outputs)):
-        why = kit_judge.mismatch(rule, w, g)
-        if why:
-            return f"output {k} ({rule.judge}): {why}"
-    return None
+    return kit_judge.outputs_mismatch(kit_rules.output_rules(op, case["inputs"], case["attrs"], want), want, got.outputs)
 
 
 def judge(op, inputs, attrs, target: Target, want: Outcome, got: Outcome, case=None) -> list:

@@ -8,8 +8,9 @@
 * the onnx reference evaluator running each op.
 
 Tolerance (``assert_close``; the conformance kit's rule, ort_ops/conformance/rules.py): each output element
-is a sum of n products (forward: kh*kw taps; BackpropInput: kh*kw*M; BackpropFilter: N*oh*ow output positions); S = sum(|products|) and the exact sum come from the
-reference run in float64 (on |inputs| for S), exact to ~n*2^-53*S. u is the unit roundoff of T.
+is a sum of n products (forward: kh*kw taps; BackpropInput: kh*kw*M; BackpropFilter: N*oh*ow output
+positions); S = sum(|products|) and the exact sum come from the reference run in float64 (on |inputs| for
+S), exact to ~n*2^-53*S. u is the unit roundoff of T.
 
 * float32/float64: the products and the running sum are rounded in T, so any order is within
   (n+1)*u*S of the exact sum (Higham's gamma_n, first order) and two orders (the reference follows Eigen;

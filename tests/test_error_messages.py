@@ -9,13 +9,13 @@ checks that the message names the op, carries TF's message (as TF 2.21 gives it 
 inputs), and names the input or attribute at fault; the two backends and the op's shape function
 must say exactly the same. TensorFlow is not needed: its messages are written out here.
 """
-import re
 
 import numpy as np
 import pytest
 
 import ort_ops
 from backends import BACKENDS, BackendError, run
+from ort_ops.conformance.rules import key_phrase
 from ort_ops.spec import OpError
 
 F32 = np.float32
@@ -89,11 +89,6 @@ CASES = [
      "filter rows span 5"),
 ]
 IDS = [f"{i}-{case[0]}-{case[4][:24]}" for i, case in enumerate(CASES)]
-
-
-def key_phrase(tf_message):
-    """TF's message up to its first number: the part no implementation may change."""
-    return re.split(r"[-+]?\d", tf_message, maxsplit=1)[0].strip(" :,")
 
 
 def problems(op, text, tf_message, names):

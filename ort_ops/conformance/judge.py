@@ -77,6 +77,17 @@ def mismatch(rule: Rule, want, got) -> Optional[str]:
     return bounded_mismatch(want, got, rule.bound)
 
 
+def outputs_mismatch(rules, wants, gots) -> Optional[str]:
+    """None when every output in ``gots`` passes its rule against TF's ``wants``, else the first reason."""
+    if len(gots) != len(wants):
+        return f"{len(gots)} outputs, expected {len(wants)}"
+    for k, (rule, want, got) in enumerate(zip(rules, wants, gots)):
+        why = mismatch(rule, want, got)
+        if why:
+            return f"output {k} ({rule.judge}): {why}"
+    return None
+
+
 def error_ratio(rule: Rule, want, got) -> float:
     """The worst |got - want| / bound over the finite values (0 for bit-exact and placeholder outputs)."""
     if rule.judge in (BITS, PLACEHOLDER):

@@ -66,15 +66,11 @@ def run_case(backend: Backend, case) -> Result:
     if case.is_rejection:
         result.status, result.reason = FAILED, f"no error; TF rejects this input: {case.tf_message!r}"
         return result
-    if len(got) != len(case.outputs):
-        result.status, result.reason = FAILED, f"{len(got)} outputs, expected {len(case.outputs)}"
+    why = judge.outputs_mismatch(case.rules, case.outputs, got)
+    if why:
+        result.status, result.reason = FAILED, why
         return result
-    for k, (rule, want, out) in enumerate(zip(case.rules, case.outputs, got)):
-        why = judge.mismatch(rule, want, out)
-        if why:
-            result.status, result.reason = FAILED, f"output {k} ({rule.judge}): {why}"
-            return result
-        result.worst = max(result.worst, judge.error_ratio(rule, want, out))
+    result.worst = max((judge.error_ratio(r, w, g) for r, w, g in zip(case.rules, case.outputs, got)), default=0.0)
     return result
 
 
