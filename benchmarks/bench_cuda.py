@@ -351,7 +351,7 @@ class OrtCudaRunner:
         so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
         options = {"device_id": "0", "user_compute_stream": str(stream.cuda_stream)}
         self.sess = ort.InferenceSession(model.SerializeToString(), so,
-                                         providers=[("CUDAExecutionProvider", options), "CPUExecutionProvider"])
+                                         providers=[("CUDAExecutionProvider", options)])  # no CPU EP: fallback is off
         spec = ort_ops.get_spec(case.op)
         self.binding = self.sess.io_binding()
         self.keep = []

@@ -48,9 +48,9 @@ def cuda_kernel_count(path: str | None = None) -> int:
 
 
 def cuda_kernels_built(path: str | None = None) -> bool:
-    """Whether the library carries CUDA kernels (see ``cuda_kernel_count``). False for the default build:
-    ``pip install .`` builds the CPU kernels only until the CUDA kernels have passed ``scripts/gpu_check.sh``
-    on a GPU, unless asked with ``TFOPS_CUDA=ON``; ``cuda_build_info()`` says why this library is as it is."""
+    """Whether the library carries CUDA kernels (see ``cuda_kernel_count``). False for a library built without
+    them: ``pip install .`` builds them where a CUDA compiler is found (``TFOPS_CUDA=AUTO``), and never with
+    ``TFOPS_CUDA=OFF``; ``cuda_build_info()`` says why this library is as it is."""
     return cuda_kernel_count(path) > 0
 
 

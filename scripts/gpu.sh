@@ -11,7 +11,8 @@
 #                so that each part fits one 10-minute command: use tests:1/3, tests:2/3, tests:3/3 (about 6,000
 #                sessions in all; a third is well under 10 minutes with 4 processes on 16 cores).
 #     suite      the rest of the TensorFlow-free suite (pytest -m "not tensorflow") against the CUDA-enabled
-#                library: its CPU kernels must still pass everything (about a minute on one core).
+#                library: its CPU kernels must still pass everything (over 65 s on an H200 machine: give it
+#                a call of its own; the tests it leaves out are named at its command below).
 #     bench      benchmarks/bench_cuda.py (BENCH_ARGS are passed on: "--suite main", then "--suite mobilenet",
 #                each fits one command).
 #     kit        the conformance kit as a user runs it on the GPU: python -m ort_ops.conformance run --provider
@@ -213,8 +214,14 @@ for s in "${STAGES[@]}"; do
   case "$s" in
     tests) stage tests run_tests ;;
     tests:*) k=${s#tests:}; stage "$s" run_tests "${k%/*}" "${k#*/}" ;;
+    # Left out of suite, each run by CI instead: what needs onnxruntime-extensions (not on the lent machines),
+    # the pip-installed package (the tree runs from source there) or the Azure provider (onnxruntime-gpu has
+    # none; there the kit stage checks every node's provider on the CUDA EP). Seen on the first H200 run.
     suite) stage suite "$PYTHON" -m pytest -q -p no:cacheprovider -rs tests -m "not tensorflow" \
-             --ignore=tests/test_cuda_kernels.py --ignore=tests/test_gpu_check.py ;;
+             --ignore=tests/test_cuda_kernels.py --ignore=tests/test_gpu_check.py \
+             --ignore=tests/test_conformance_extensions.py \
+             --deselect tests/test_conformance.py::test_the_installed_package_carries_the_cases \
+             --deselect tests/test_conformance.py::test_a_node_that_fell_back_to_the_cpu_fails_its_case ;;
     kit) stage kit "$PYTHON" -m ort_ops.conformance run --provider CUDAExecutionProvider \
            ${GPU_LOG_DIR:+--json "$GPU_LOG_DIR/gpu-kit.json"} ;;
     bench) # shellcheck disable=SC2086  (BENCH_ARGS is a list of words)

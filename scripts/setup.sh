@@ -9,10 +9,10 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
   .venv/bin/python -m pip install -q --upgrade pip
 fi
-# The CUDA kernels: a plain `pip install .` builds the CPU kernels only until they have passed
-# scripts/gpu_check.sh on a GPU (TFOPS_CUDA=AUTO, CMakeLists.txt). Here they are asked for wherever a CUDA
-# compiler is on PATH, so that CI keeps compiling them and runs the CPU suite against that library; elsewhere
-# (a fresh machine without nvcc) the CPU-only library. TFOPS_CUDA set by the caller wins.
+# The CUDA kernels: a plain `pip install .` (TFOPS_CUDA=AUTO, CMakeLists.txt) builds them where a CUDA
+# compiler is found. Here the choice is made explicit, ON wherever nvcc is on PATH (so that CI always compiles
+# them and runs the CPU suite against that library, and fails if it cannot), else OFF. TFOPS_CUDA set by the
+# caller wins.
 if [ -z "${TFOPS_CUDA:-}" ]; then
   if command -v "${CUDACXX:-nvcc}" >/dev/null 2>&1; then TFOPS_CUDA=ON; else TFOPS_CUDA=OFF; fi
 fi

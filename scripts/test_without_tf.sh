@@ -12,7 +12,7 @@ if [ ! -x .venv-notf/bin/python ]; then
   "$PYTHON" -m venv .venv-notf
   .venv-notf/bin/python -m pip install -q --upgrade pip
 fi
-# The CUDA variant where nvcc is on PATH, as scripts/setup.sh builds it (pip install's default is CPU-only).
+# The CUDA variant where nvcc is on PATH, as scripts/setup.sh builds it (made explicit, as there).
 export TFOPS_CUDA=${TFOPS_CUDA:-$(command -v "${CUDACXX:-nvcc}" >/dev/null && echo ON || echo OFF)}
 .venv-notf/bin/python -m pip install -q ".[extensions]" pytest
 if .venv-notf/bin/python -c "import tensorflow" 2>/dev/null; then

@@ -94,7 +94,7 @@ def test_live_against_tensorflow(backend, mode):
             skip |= {3, 4}  # uninitialized in TF's Eigen kernel
         try:
             got = run(backend, op, inputs, attrs)
-            compare_outputs(got, want, f"{op} x{inputs[0].shape} {attrs}", tuple(skip))
+            compare_outputs(op, inputs, attrs, got, want, f"{op} x{inputs[0].shape} {attrs}", tuple(skip))
             for i in placeholders(op):
                 check_placeholder(op, i, {"inputs": inputs, "attrs": attrs, "outputs": got}, want[i])
         except AssertionError as e:

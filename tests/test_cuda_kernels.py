@@ -13,7 +13,8 @@ What is compared (tests/cuda_support.py holds the rules):
   output element); NaN positions must agree, NaN payloads need not: x86 and the GPU give different NaN bits
   for an invalid operation (0 * inf) and propagate payloads differently in float arithmetic.
 * ...BackpropFilter and the batch-norm ops sum in another (deterministic) order: within the tolerances the
-  suite holds the CPU kernels to against TF (test_depthwise.assert_close, test_batch_norm.assert_close).
+  suite holds the CPU kernels to against TF (test_depthwise.assert_close; for batch norm the kit's
+  rules.batch_norm_output_bound, which judges the gradients' scale/offset sums against their terms).
 * Rejections: both reject, with the same message (ORT's status prefix and the provider's name aside).
 * Golden cases are also judged against TF exactly as the suite's golden tests judge the CPU kernels.
 * Placement: ORT's profiler must show every node of the run on CUDAExecutionProvider, and the sessions
@@ -662,6 +663,30 @@ def test_self_skip_reasons(monkeypatch):
     monkeypatch.setattr(ort, "get_available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
     monkeypatch.setattr(ort_ops, "cuda_kernels_built", lambda: False)
     assert cs.probe() == "library built without CUDA kernels"
+
+
+def test_self_sessions_never_list_the_cpu_ep_with_fallback_off():
+    """A GPU session disables the CPU fallback and so must not list the CPU EP: onnxruntime 1.31 refuses that
+    pair ("Conflicting session configuration"), which failed every CUDA test on the first H200 run. Where the
+    onnxruntime has the Azure provider (the CPU build; it runs none of the domain's ops) a session on it must
+    fail on the placement guard itself, naming the disabled fallback, never on the configuration; onnxruntime-gpu
+    has no Azure provider, and there the CUDA tests open such sessions themselves."""
+    import onnxruntime as ort
+
+    for target in (cs.CUDA, cs.CUDA_HOST_IO, cs.CUDA_GRAPH):
+        assert all(p != cs.CPU_EP and p[0] != cs.CPU_EP for p in cs.session_providers(target)), target
+    assert cs.session_providers(cs.CUDA_GRAPH) == [(cs.CUDA_EP, {"device_id": "0", "enable_cuda_graph": "1"})]
+    providers = ort.get_available_providers()
+    x = np.linspace(-1, 1, 12, dtype=np.float32)
+    model = cs.single_op_model("FakeQuantWithMinMaxArgs", [x], {"min": -1.0, "max": 1.0})
+    if "AzureExecutionProvider" not in providers:
+        assert cs.CUDA_EP in providers, f"neither the Azure nor the CUDA provider in {providers}"
+        return
+    with pytest.raises(Exception) as info:
+        cs.open_session(cs.Target("AzureExecutionProvider", "cpu", io="host"), model, profile=False)
+    message = str(info.value)
+    assert "Conflicting session configuration" not in message, message
+    assert "fallback" in message.lower(), message
 
 
 def test_self_this_machine_reason_is_stated():

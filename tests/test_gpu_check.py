@@ -174,22 +174,37 @@ def test_device_side_scripts_need_only_what_the_gpu_machine_has():
     assert _imports(tools / "torch_times.py") <= stdlib | {"numpy", "torch"}
 
 
-def test_default_build_is_cpu_only(tmp_path):
-    """Until a GPU run has passed, a plain configure (TFOPS_CUDA unset: AUTO) builds no CUDA kernels, whatever
-    compiler is on PATH, and writes why beside the library."""
+def _configure(tmp_path, name, path):
+    """A plain configure (TFOPS_CUDA and CUDACXX unset: AUTO) with ``path`` as PATH: (its output, its note)."""
     env = _env(tmp_path)
-    _tools_or_skip(env)
     env.pop("TFOPS_CUDA", None)
+    env.pop("CUDACXX", None)
+    env["PATH"] = path
     headers = tmp_path / "ort"
-    headers.mkdir()
+    headers.mkdir(exist_ok=True)
     (headers / "onnxruntime_c_api.h").write_text("/* configure only */\n")
-    out = subprocess.run(["cmake", "-S", str(ROOT), "-B", str(tmp_path / "b"), f"-DORT_INCLUDE_DIR={headers}"],
+    out = subprocess.run(["cmake", "-S", str(ROOT), "-B", str(tmp_path / name), f"-DORT_INCLUDE_DIR={headers}"],
                          env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "CUDA kernels: OFF (TFOPS_CUDA=AUTO (the default) builds the CPU kernels only" in out.stdout
-    note = json.loads((tmp_path / "b" / "libort_tf_ops.build.json").read_text())
-    assert note["cuda_kernels"] is False and note["tfops_cuda"] == "AUTO" and note["gpu_checked"] is False
-    assert "scripts/gpu_check.sh" in note["reason"] and "TFOPS_CUDA=ON" in note["reason"]
+    return out.stdout, json.loads((tmp_path / name / "libort_tf_ops.build.json").read_text())
+
+
+def test_default_build_follows_the_cuda_compiler(tmp_path):
+    """The kernels passed the GPU check (TFOPS_CUDA_GPU_CHECKED is ON), so a plain configure (AUTO) builds them
+    wherever a CUDA compiler is on PATH and the CPU-only library where none is, and writes why beside the
+    library."""
+    env = _env(tmp_path)
+    _tools_or_skip(env)
+    without_nvcc = os.pathsep.join(d for d in env["PATH"].split(os.pathsep) if d and not (Path(d) / "nvcc").exists())
+    assert shutil.which("cmake", path=without_nvcc) and shutil.which("c++", path=without_nvcc), without_nvcc
+    out, note = _configure(tmp_path, "cpu", without_nvcc)
+    assert "CUDA kernels: OFF (TFOPS_CUDA=AUTO and no CUDA compiler was found)" in out, out
+    assert note["cuda_kernels"] is False and note["tfops_cuda"] == "AUTO" and note["gpu_checked"] is True, note
+    if shutil.which("nvcc", path=env["PATH"]) is None:
+        return  # the half with a compiler runs where CI runs: nvcc is on its PATH
+    out, note = _configure(tmp_path, "cuda", env["PATH"])
+    assert "CUDA kernels: ON (TFOPS_CUDA=AUTO and a CUDA compiler" in out, out
+    assert note["cuda_kernels"] is True and note["tfops_cuda"] == "AUTO" and note["gpu_checked"] is True, note
 
 
 def test_cuda_build_info_says_which_build():
