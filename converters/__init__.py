@@ -7,7 +7,7 @@ FusedBatchNorm*, DepthwiseConv2dNative*, 19 ops) is converted here, in one of tw
   run by the custom-op library (``ort_ops.library_path()``);
 - ``lowering="standard"``: standard ONNX operators only (converters.standard), where exact.
 
-Every model has ``ir_version = ort_ops.IR_VERSION``; conversion fails with
+Every model carries the lowest IR version its opsets need (``ort_ops.lowest_ir_version``); conversion fails with
 ``UnconvertedOpsError`` rather than leaving a TF op behind.
 """
 from converters.errors import ConversionError, LoweringError, UnconvertedOpsError

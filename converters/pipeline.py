@@ -29,7 +29,7 @@ from converters.layout import optimizers as layout_optimizers
 from converters.linear_cost import linear_graph
 from converters.redundant_clamps import drop_redundant_clamps
 from converters.lowering_custom import lower_to_custom_node
-from ort_ops.model import IR_VERSION
+from ort_ops.model import set_lowest_ir_version
 from ort_ops.schemas import DOMAIN, OPSET_VERSION
 from ort_ops.spec import OpError
 
@@ -165,7 +165,8 @@ def convert_frozen_graph(
     model no longer claims bit-exact quantization outputs.
 
     Raises LoweringError / ConversionError when a family op cannot be written in ``lowering``, and
-    UnconvertedOpsError when tf2onnx left any op unconverted. The model has ir_version IR_VERSION.
+    UnconvertedOpsError when tf2onnx left any op unconverted. The model carries the lowest IR version its
+    opsets need (ort_ops.lowest_ir_version).
     """
     import tensorflow as tf
     from tf2onnx import tf_loader, utils
@@ -203,13 +204,14 @@ def convert_frozen_graph(
                 g = _optimize(g, fold_batch_norm)
                 model = float8.make_model(g, f"converted from {name} by converters (tf2onnx, lowering={lowering})")
 
-    # tf2onnx stamps the IR version it associates with the opset; ONNX Runtime needs ours.
-    model.ir_version = IR_VERSION
     if lowering == "standard":
         # No node of the domain remains, so the model must not demand the custom library.
         del_imports = [i for i, imp in enumerate(model.opset_import) if imp.domain == DOMAIN]
         for i in reversed(del_imports):
             del model.opset_import[i]
+    # tf2onnx stamps the IR version it associates with the opset (8 for 17, but 10 from its newer tables); every
+    # model the project writes carries the lowest its opsets need, so that onnxruntime 1.17 (IR 9) reads it.
+    set_lowest_ir_version(model)
     check_fully_converted(model)
     if fold_batch_norm:
         exact_outputs = []  # folded weights round differently: quantized values may move by a grid step

@@ -4,16 +4,41 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 import numpy as np
-from onnx import AttributeProto, ModelProto, helper, numpy_helper
+from onnx import AttributeProto, ModelProto, TensorProto, helper, numpy_helper
 
 from ort_ops.schemas import DOMAIN, ELEM_TYPES, OPSET_VERSION, output_elem_types
 from ort_ops.spec import onnx_type_of
 from ort_ops.specs import get_spec
 
-# onnx 1.23 stamps IR version 14 by default; onnxruntime 1.31 reads at most 13. Every model this
-# project writes uses this version.
-IR_VERSION = 10
 DEFAULT_ONNX_OPSET = 17
+
+# Every model this project writes carries the lowest IR version its opsets and element types need (onnx 1.23
+# stamps IR 14 by default, which onnxruntime 1.31 cannot read; onnxruntime 1.17 reads IR 9 at most). Types that
+# came after the opsets that can use them are checked too, in case a tensor carries one.
+_TYPE_IR = {TensorProto.FLOAT8E4M3FN: 9, TensorProto.FLOAT8E4M3FNUZ: 9, TensorProto.FLOAT8E5M2: 9,
+            TensorProto.FLOAT8E5M2FNUZ: 9, TensorProto.UINT4: 10, TensorProto.INT4: 10}
+if hasattr(TensorProto, "FLOAT4E2M1"):
+    _TYPE_IR[TensorProto.FLOAT4E2M1] = 11
+
+
+def _element_types(graph):
+    for init in graph.initializer:
+        yield init.data_type
+    for value in list(graph.input) + list(graph.output) + list(graph.value_info):
+        if value.type.HasField("tensor_type"):
+            yield value.type.tensor_type.elem_type
+
+
+def lowest_ir_version(model: ModelProto) -> int:
+    """The lowest ONNX IR version that ``model``'s opset imports (this domain's aside) and tensor types need."""
+    ir = helper.find_min_ir_version_for(list(model.opset_import), ignore_unknown=True)
+    return max([ir] + [_TYPE_IR.get(t, 0) for t in _element_types(model.graph)])
+
+
+def set_lowest_ir_version(model: ModelProto) -> ModelProto:
+    """Stamp ``model`` with ``lowest_ir_version(model)`` (in place) and return it."""
+    model.ir_version = lowest_ir_version(model)
+    return model
 
 
 def elem_type_of(dtype) -> int:
@@ -55,14 +80,13 @@ def make_node(op_type: str, inputs: Sequence[str], outputs: Sequence[str], name:
 
 
 def finish_model(graph, opset: int = DEFAULT_ONNX_OPSET, producer: str = "ort_ops") -> ModelProto:
-    """Wrap ``graph`` in a model importing the default domain and this one, at IR_VERSION."""
+    """Wrap ``graph`` in a model importing the default domain and this one, at the lowest IR version it needs."""
     model = helper.make_model(
         graph,
         opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid(DOMAIN, OPSET_VERSION)],
         producer_name=producer,
     )
-    model.ir_version = IR_VERSION
-    return model
+    return set_lowest_ir_version(model)
 
 
 def make_single_op_model(

@@ -120,8 +120,7 @@ def probe() -> Optional[str]:
     graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "probe",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = ort_ops.IR_VERSION
+    model = ort_ops.model.set_lowest_ir_version(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
     so = ort.SessionOptions()
     so.log_severity_level = 3
     try:

@@ -48,8 +48,7 @@ def both_libraries_model() -> onnx.ModelProto:
     graph = helper.make_graph([fake_quant, neg_pos], "both_libraries", floats("x"), floats("y", "neg", "pos"))
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(ort_ops.DOMAIN, 1),
                                                     helper.make_opsetid(CONTRIB, 1)])
-    model.ir_version = ort_ops.IR_VERSION
-    return model
+    return ort_ops.model.set_lowest_ir_version(model)
 
 
 def _both_libraries_session():
@@ -69,10 +68,9 @@ def child_both_libraries(out_path):
     y, neg, pos = _both_libraries_session().run(None, {"x": X})
     from ort_ops.conformance.extensions import ExtensionsBackend
     from ort_ops.conformance.nodetest import Case
-    from ort_ops.model import IR_VERSION, make_single_op_model
+    from ort_ops.model import make_single_op_model
 
     model = make_single_op_model("FakeQuantWithMinMaxArgs", [X], FQ_ATTRS)
-    model.ir_version = IR_VERSION
     ExtensionsBackend().run(Case("fq", "FakeQuantWithMinMaxArgs", "", Path("."), model, [X]))
     try:
         _both_libraries_session()
@@ -168,11 +166,10 @@ def test_kit_on_the_extensions_backend(kit, extensions_backend, op):
 
 def _fake_quant_case(min_value):
     from ort_ops.conformance.nodetest import Case
-    from ort_ops.model import IR_VERSION, make_single_op_model
+    from ort_ops.model import make_single_op_model
 
     x = np.linspace(-0.3, 0.6, 91, dtype=np.float32)
     model = make_single_op_model("FakeQuantWithMinMaxArgs", [x], {"min": min_value, "max": 0.5}, typed_outputs=False)
-    model.ir_version = IR_VERSION
     return Case("fq", "FakeQuantWithMinMaxArgs", "", Path("."), model, [x])
 
 

@@ -69,8 +69,7 @@ def _chain_model(shape, fmt, clip, quantizer, num_bits, narrow, fused):
             nodes.append(helper.make_node(quantizer, ["c"], ["y"], domain=DOMAIN, min=-0.7, max=5.3, **bits))
     graph = helper.make_graph(nodes, "chain", inputs, [helper.make_tensor_value_info("y", TP.FLOAT, list(shape))], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(DOMAIN, 1)])
-    model.ir_version = ort_ops.IR_VERSION
-    return model
+    return ort_ops.model.set_lowest_ir_version(model)
 
 
 def _probe_x(rng, shape):

@@ -25,7 +25,7 @@ from backends import cpu_session  # noqa: E402
 from comparison import assert_bits_equal  # noqa: E402
 from converters.errors import LoweringError  # noqa: E402
 from converters.standard import STANDARD_LOWERINGS  # noqa: E402
-from ort_ops.model import IR_VERSION  # noqa: E402
+from ort_ops.model import set_lowest_ir_version  # noqa: E402
 
 pytestmark = pytest.mark.tensorflow
 
@@ -74,7 +74,7 @@ def convert(fn, signature):
         )
     if errors:
         raise errors[0]
-    model.ir_version = IR_VERSION
+    set_lowest_ir_version(model)
     foreign = sorted({(n.domain, n.op_type) for n in model.graph.node if n.domain not in ("", "ai.onnx")})
     assert not foreign, f"non-standard nodes left: {foreign}"
     return model

@@ -526,7 +526,7 @@ def test_static_check_catches_the_issue_12_graph():
         graph = helper.make_graph(nodes, "issue12", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 9, 9, 1]),
                                                      helper.make_tensor_value_info("w", TensorProto.FLOAT, [3, 18, 5, 5])],
                                   [helper.make_tensor_value_info(nodes[-1].output[0], TensorProto.FLOAT, None)], inits)
-        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=ort_ops.IR_VERSION)
+        return ort_ops.model.set_lowest_ir_version(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
 
     with pytest.raises(AssertionError, match="window span 9 > padded input 1"):
         assert_safe_graph(model(with_slice=False))

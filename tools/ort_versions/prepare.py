@@ -6,15 +6,15 @@
 OUT_DIR/manifest.json lists the cases (absolute paths); each has an .onnx model and an .npz of its inputs:
   * every bundled custom model (models/*/model.custom.onnx, used in place), on the seeded inputs its entry in
     models/run_all.py makes (seed 0), or, for a model run_all does not list, seeded inputs of its shapes
-    (free dims 2). A runtime that cannot read the model's IR version (onnxruntime 1.17 reads up to IR 9; the
-    converters write IR 10 at opset 17, which IR 9 covers) runs a copy that differs only in that field. Each
-    model also has a probe copy (probe_model) that outputs every value its nodes compute;
+    (free dims 2). Every version runs the shipped file as it is (the converters write the lowest IR version
+    its opsets need: 8 at opset 17; onnxruntime 1.17 reads up to 9). Each model also has a probe copy
+    (probe_model) that outputs every value its nodes compute;
   * a sample of the golden cases (ort_ops/conformance/goldens/*.npz): per op, N cases spread evenly over the file and a few
     of the cases TF rejects, each as the one-node model the golden tests build (tests/backends.py: untyped
     outputs, so that the library's shape inference declares them, and bfloat16 outputs Cast to float32),
     with bfloat16 inputs Cast from float32 in the graph as well (onnxruntime 1.17's Python API cannot feed
     bfloat16; the values are bfloat16's, so the Cast is exact; cases with NaN bfloat16 inputs are left out,
-    since a Cast need not keep a NaN's bits). IR 9, opset 17.
+    since a Cast need not keep a NaN's bits). Opset 17, at the lowest IR version it needs (8).
 """
 from __future__ import annotations
 
@@ -34,7 +34,6 @@ sys.path.insert(0, str(ROOT / "tests"))
 import ort_ops  # noqa: E402
 from ort_ops.conformance.goldens import golden_ops, load_cases  # noqa: E402
 
-OLDEST_IR = 9  # the newest IR version onnxruntime 1.17 reads
 SEED = 0
 
 
@@ -73,13 +72,7 @@ def model_cases(out: Path) -> list:
         np.savez(inputs, **feeds)
         case = {"id": f"model {name}", "model": str(path), "inputs": str(inputs),
                 "inputs_from": "models/run_all.py" if example is not None else "seeded shapes"}
-        default_opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
-        lower_ir = model.ir_version > OLDEST_IR and default_opset <= 20  # opset 21 needs IR 10
-        if lower_ir:
-            model.ir_version = OLDEST_IR
-            older = out / "models" / f"{name}.ir{OLDEST_IR}.onnx"
-            onnx.save(model, str(older))
-            case["older_ir_model"] = str(older)
+        # The shipped file runs as it is: the converters write the lowest IR version its opsets need.
         probe, nodes = probe_model(model)
         probe_path = out / "models" / f"{name}.probe.onnx"
         onnx.save(probe, str(probe_path))
@@ -128,7 +121,6 @@ def golden_model(op: str, inputs: list, attrs: dict) -> tuple:
             feeds[value.name] = x.astype(np.float32)
         else:
             feeds[value.name] = x
-    model.ir_version = OLDEST_IR
     return model, feeds
 
 
