@@ -8,8 +8,9 @@
 //             --ort path/to/libonnxruntime.so.1.xx [--input images=images.npy] [--output-dir out]
 //
 // `run_model --help` lists every option. ONNX Runtime is opened with dlopen (its path is an option), so the
-// program has no link-time dependency on it and works with any runtime whose C API version is at least the
-// headers' (ORT_API_VERSION). Inputs come from .npy files or, for those not given, from a deterministic
+// program has no link-time dependency on it. It asks for C API 17, as the custom-op library does, and calls no
+// function added after it, so it runs on onnxruntime 1.17 and every later version, whichever headers (1.17 or
+// newer) it was built with (scripts/test_ort_versions.sh runs it on each). Inputs come from .npy files or, for those not given, from a deterministic
 // pattern; with --output-dir every input fed and every output is written as .npy (scripts/example.sh runs the
 // same model through Python onnxruntime on those inputs and compares the outputs bit for bit).
 // Exit status: 0 on success, 1 on any error (the message says what failed), 2 on a bad command line.
@@ -407,6 +408,11 @@ Options ParseCommandLine(int argc, char** argv) {
 
 // ------------------------------------------------------------------------------------ ONNX Runtime
 
+// The C API version asked for: onnxruntime 1.17's, the oldest the custom-op library supports. A later API table
+// starts with this one, so every function this program calls is there on any runtime from 1.17 on.
+constexpr uint32_t kOrtApiVersion = 17;
+static_assert(ORT_API_VERSION >= kOrtApiVersion, "build with onnxruntime 1.17 headers or newer");
+
 // Opens the runtime and points the C++ API at its API table. The handle stays open until the process ends.
 void LoadOnnxRuntime(const std::string& path) {
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -419,13 +425,13 @@ void LoadOnnxRuntime(const std::string& path) {
   auto get_api_base = reinterpret_cast<GetApiBaseFn>(dlsym(handle, "OrtGetApiBase"));
   if (get_api_base == nullptr) throw Error("'" + path + "' does not export OrtGetApiBase: not ONNX Runtime");
   const OrtApiBase* base = get_api_base();
-  const OrtApi* api = base->GetApi(ORT_API_VERSION);
+  const OrtApi* api = base->GetApi(kOrtApiVersion);
   if (api == nullptr) {
-    throw Error(std::string("ONNX Runtime ") + base->GetVersionString() + " at '" + path + "' does not offer API version " +
-                std::to_string(ORT_API_VERSION) + " (the headers this program was built with): use a newer runtime");
+    throw Error(std::string("ONNX Runtime ") + base->GetVersionString() + " at '" + path + "' does not offer C API " +
+                std::to_string(kOrtApiVersion) + ": use onnxruntime 1.17 or newer");
   }
   Ort::InitApi(api);
-  std::cout << "onnxruntime " << base->GetVersionString() << " (C API " << ORT_API_VERSION << ") from " << path << "\n";
+  std::cout << "onnxruntime " << base->GetVersionString() << " (C API " << kOrtApiVersion << ") from " << path << "\n";
 }
 
 // How many ops of the custom-op library have a CUDA kernel (its exported TfOpsCudaKernelCount), or -1 when the

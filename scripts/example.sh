@@ -8,7 +8,9 @@
 #
 # LIBRARY: the custom-op library (default: what `ort_ops.library_path()` finds, i.e. ORT_OPS_LIBRARY or the
 # installed package's copy). Python is the repository's .venv (scripts/setup.sh) unless PYTHON names another;
-# ONNX Runtime is that Python's onnxruntime wheel (its libonnxruntime.so, which the program dlopens).
+# ONNX Runtime is that Python's onnxruntime wheel (its libonnxruntime.so, which the program dlopens), unless
+# ORT_LIBRARY names the libonnxruntime.so of the same version (wheels before 1.19 link it into their Python
+# module: scripts/test_ort_versions.sh runs this script on 1.17.3 so).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PYTHON=${PYTHON:-"$ROOT/.venv/bin/python"}
@@ -24,10 +26,10 @@ export PATH
 cd "$ROOT"
 
 LIBRARY=${1:-$("$PYTHON" -c "import ort_ops; print(ort_ops.library_path())")}
-ORT_LIBRARY=$("$PYTHON" -c "
+ORT_LIBRARY=${ORT_LIBRARY:-$("$PYTHON" -c "
 import glob, os, onnxruntime
 found = sorted(glob.glob(os.path.join(os.path.dirname(onnxruntime.__file__), 'capi', 'libonnxruntime.so*')))
-print(found[0] if found else '')")
+print(found[0] if found else '')")}
 if [ -z "$ORT_LIBRARY" ]; then
     echo "example.sh: the onnxruntime wheel of $PYTHON has no capi/libonnxruntime.so*" >&2
     exit 1

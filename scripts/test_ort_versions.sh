@@ -19,6 +19,11 @@
 #     still the newest's (see run_cases.py). Any "Shape mismatch" or "Error merging shape info" line in
 #     onnxruntime's log (sessions at log severity 2: a declared shape is wrong) fails the stage too.
 #  3. onnxruntime 1.16 must refuse the library.
+#  4. The C++ serving example (scripts/example.sh: examples/run_model.cc against the shipped models, outputs bit
+#     for bit against Python onnxruntime of the same version) on the oldest version and the newest. The oldest's
+#     Python wheel links libonnxruntime into its module (wheels ship the .so from 1.19), so its .so comes from
+#     onnxruntime's Node.js package of the same version (`npm pack onnxruntime-node@V`, kept in .venv-ort/;
+#     npm is installed with apt-get where missing).
 #
 # ORT_VERSIONS (space-separated) replaces the list below; its last entry is the reference.
 set -euo pipefail
@@ -77,8 +82,42 @@ done
 # The refusal: a Python exception naming both versions, and the process ends normally (a crash would not).
 "$VENVS/${REFUSED_VERSION%.*}/bin/python" tools/ort_versions/run_cases.py - "$LIBRARY" --expect-refused 2>/dev/null || status=1
 
+
+# 4. The C++ example on the oldest and the newest version.
+OLDEST=$1
+oldest_ort_library() {  # prints the path of onnxruntime $OLDEST's libonnxruntime.so for linux-x64
+    local dir=$VENVS/node-$OLDEST so
+    so=$dir/package/bin/napi-v3/linux/x64/libonnxruntime.so.$OLDEST
+    if [ ! -f "$so" ]; then
+        if ! command -v npm >/dev/null; then
+            echo "test_ort_versions.sh: installing npm with apt-get (to fetch onnxruntime $OLDEST's libonnxruntime.so)" >&2
+            command -v apt-get >/dev/null || { echo "test_ort_versions.sh: no npm and no apt-get" >&2; return 1; }
+            local sudo=; [ "$(id -u)" = 0 ] || sudo=sudo
+            $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q npm >/dev/null ||
+                { $sudo apt-get update -q >/dev/null &&
+                  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q npm >/dev/null; } || return 1
+        fi
+        rm -rf "$dir" && mkdir -p "$dir"
+        (cd "$dir" && npm pack --silent "onnxruntime-node@$OLDEST" >/dev/null &&
+            tar xzf "onnxruntime-node-$OLDEST.tgz" package/bin/napi-v3/linux/x64 && rm "onnxruntime-node-$OLDEST.tgz") >&2 ||
+            return 1
+    fi
+    echo "$(cd "$(dirname "$so")" && pwd)/$(basename "$so")"
+}
+if so=$(oldest_ort_library); then
+    PATH="$PWD/.venv/bin:$PATH" PYTHON="$VENVS/${OLDEST%.*}/bin/python" ORT_LIBRARY="$so" \
+        bash scripts/example.sh "$LIBRARY" > "$WORK/example-$OLDEST.log" 2>&1 ||
+        { echo "test_ort_versions.sh: the C++ example failed on onnxruntime $OLDEST:" >&2; tail -20 "$WORK/example-$OLDEST.log" >&2; status=1; }
+else
+    echo "test_ort_versions.sh: could not get onnxruntime $OLDEST's libonnxruntime.so" >&2
+    status=1
+fi
+PATH="$PWD/.venv/bin:$PATH" PYTHON="$VENVS/${NEWEST%.*}/bin/python" bash scripts/example.sh "$LIBRARY" \
+    > "$WORK/example-$NEWEST.log" 2>&1 ||
+    { echo "test_ort_versions.sh: the C++ example failed on onnxruntime $NEWEST:" >&2; tail -20 "$WORK/example-$NEWEST.log" >&2; status=1; }
+[ "$status" = 0 ] && echo "test_ort_versions.sh: the C++ example runs on onnxruntime $OLDEST and $NEWEST, bit-identical to Python's"
 if [ "$status" != 0 ]; then
     echo "test_ort_versions.sh: FAILED ($((SECONDS - started)) s)" >&2
     exit 1
 fi
-echo "test_ort_versions.sh: OK, onnxruntime ${1} to $NEWEST ($# versions) and the refusal of $REFUSED_VERSION ($((SECONDS - started)) s)"
+echo "test_ort_versions.sh: OK, onnxruntime ${1} to $NEWEST ($# versions), the refusal of $REFUSED_VERSION and the C++ example ($((SECONDS - started)) s)"
