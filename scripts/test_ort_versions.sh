@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The library on every onnxruntime it supports: one environment per minor version from 1.17 to the newest (the
-# last patch of each; onnxruntime and NumPy only), each running every bundled custom model and a sample of the
-# golden cases through the library, compared bit for bit with the newest version's results; and onnxruntime
-# 1.16, which the library must refuse with a Python error naming both versions (no crash).
+# last patch of each; onnxruntime and NumPy only), each running every bundled model (both lowerings, the shipped
+# files as they are) and a sample of the golden cases through the library, compared bit for bit with the newest
+# version's results; and onnxruntime 1.16, which the library must refuse with a Python error naming both
+# versions (no crash).
 #
 #   scripts/test_ort_versions.sh [LIBRARY]        (after scripts/setup.sh, which makes .venv)
 #

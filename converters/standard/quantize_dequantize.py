@@ -148,7 +148,9 @@ def _lean_constant_range(lw: Lowering, x: str, mn, mx, axis: int, rank, grid, np
 # it is nonzero) returns X's bits exactly where X is a NaN and Y's bits exactly, -0 included, so
 # ``Where(cond, a NaN, y)`` needs no sign repair.
 
-_BIG = 1 << 62  # an int64 key above every priority key here
+# A key above every priority key here (rows 0..7, fold ranks below the packet width). The keys go to ArgMin as
+# int32: onnxruntime 1.17 has no int64 ArgMin, and the shipped models must load there.
+_BIG = 1 << 30
 
 
 def _int(lw: Lowering, v) -> str:
@@ -240,9 +242,10 @@ def _per_tensor_range(lw: Lowering, flat: str, np_type):
     # per lane, 8 candidates in accumulation order: accumulators 0..3, then leftover packets 0..2
     key = lw.op("Concat", lw.op("Where", in_block, row, big), lw.op("Where", left_zero, lw.op("Add", row, four), big), axis=0)
     at = lw.op("Concat", flat_at(first, row, lane), flat_at(blocks, row, lane), axis=0)
-    best = lw.op("ArgMin", key, axis=0, keepdims=1)  # [1, W]
+    best = lw.op("ArgMin", lw.op("Cast", key, to=TensorProto.INT32), axis=0, keepdims=1)  # [1, W]
     has_zero = lw.op("Less", lw.op("GatherElements", key, best, axis=0), big)
-    pick = lw.op("ArgMin", lw.op("Where", has_zero, _int(lw, [_fold_rank(width)]), w), axis=1, keepdims=0)  # [1]
+    rank = lw.op("Cast", lw.op("Where", has_zero, _int(lw, [_fold_rank(width)]), w), to=TensorProto.INT32)
+    pick = lw.op("ArgMin", rank, axis=1, keepdims=0)  # [1]
     packet_zero = lw.op("Gather", lw.op("Reshape", lw.op("GatherElements", at, best, axis=0), _int(lw, [-1])), pick, axis=0)
     live_zero = lw.op("And", live, lw.op("Equal", last, zero))
     tail_zero = lw.reduce("ReduceMax", lw.op("Where", live_zero, lane, _int(lw, -1)), None, True)  # [1], -1: none

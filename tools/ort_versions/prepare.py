@@ -4,7 +4,8 @@
     python tools/ort_versions/prepare.py OUT_DIR [--per-op N] [--errors-per-op N]
 
 OUT_DIR/manifest.json lists the cases (absolute paths); each has an .onnx model and an .npz of its inputs:
-  * every bundled custom model (models/*/model.custom.onnx, used in place), on the seeded inputs its entry in
+  * every bundled model, in both lowerings (models/*/model.{custom,standard}.onnx, used in place; a standard
+    model's bits may differ between versions only where onnxruntime's own ops changed), on the seeded inputs its entry in
     models/run_all.py makes (seed 0), or, for a model run_all does not list, seeded inputs of its shapes
     (free dims 2). Every version runs the shipped file as it is (the converters write the lowest IR version
     its opsets need: 8 at opset 17; onnxruntime 1.17 reads up to 9). Each model also has a probe copy
@@ -61,20 +62,20 @@ def model_cases(out: Path) -> list:
         print(f"prepare: models.run_all not importable ({type(e).__name__}: {e}); seeded inputs of the models' shapes")
         EXAMPLES_BY_NAME = {}
     cases = []
-    for path in sorted((ROOT / "models").glob("*/model.custom.onnx")):
-        name = path.parent.name
+    for path in sorted((ROOT / "models").glob("*/model.*.onnx")):
+        name, lowering = path.parent.name, path.name.split(".")[1]
         model = onnx.load(str(path))
         rng = np.random.default_rng(SEED)
         example = EXAMPLES_BY_NAME.get(name)
         feeds = example.make_inputs(rng) if example is not None else seeded_inputs(model, rng)
-        inputs = out / "models" / f"{name}.inputs.npz"
+        inputs = out / "models" / f"{name}.{lowering}.inputs.npz"
         inputs.parent.mkdir(parents=True, exist_ok=True)
         np.savez(inputs, **feeds)
-        case = {"id": f"model {name}", "model": str(path), "inputs": str(inputs),
+        case = {"id": f"model {name} ({lowering})", "model": str(path), "inputs": str(inputs),
                 "inputs_from": "models/run_all.py" if example is not None else "seeded shapes"}
         # The shipped file runs as it is: the converters write the lowest IR version its opsets need.
         probe, nodes = probe_model(model)
-        probe_path = out / "models" / f"{name}.probe.onnx"
+        probe_path = out / "models" / f"{name}.{lowering}.probe.onnx"
         onnx.save(probe, str(probe_path))
         case["probe"] = {"model": str(probe_path), "nodes": nodes}
         cases.append(case)
@@ -159,7 +160,7 @@ def main(argv=None) -> int:
     cases = model_cases(out) + golden_cases(out, args.per_op, args.errors_per_op)
     (out / "manifest.json").write_text(json.dumps({"cases": cases}, indent=1))
     models = sum(c["id"].startswith("model ") for c in cases)
-    print(f"prepare: {models} bundled custom models and {len(cases) - models} golden cases in {out}")
+    print(f"prepare: {models} bundled models (both lowerings) and {len(cases) - models} golden cases in {out}")
     return 0
 
 
