@@ -140,7 +140,7 @@ def _tree_sums(dy, x, mean, var, eps):
 @pytest.mark.parametrize("op", GRAD_OPS)
 def test_gradient_sums_judged_against_their_terms(op):
     """scale_backprop and offset_backprop are sums over N*H*W: the kit judges them against the size of their
-    terms (rules.batch_norm_grad_sum_bounds). Another summation order passes where 16 ulps at the output's own
+    terms (rules.batch_norm_grad_sum_bound). Another summation order passes where 16 ulps at the output's own
     size would not (the first H200 run failed so), and a wrong sum (sign, zeros, mean not subtracted) fails."""
     rng = np.random.default_rng(7)
     dy = rng.uniform(0.0, 1.0, (8, 32, 32, 16)).astype(F32)  # one sign: the order matters most

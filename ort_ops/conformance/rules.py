@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Union
+from typing import Optional, Union
 
 import numpy as np
 
@@ -63,22 +63,26 @@ BATCH_NORM_GRAD_SUMS = (1, 2)
 _GRAD_OPS = ("FusedBatchNormGrad", "FusedBatchNormGradV2", "FusedBatchNormGradV3")
 
 
-def batch_norm_grad_sum_bounds(op: str, inputs, attrs) -> dict:
-    """{output index: per-channel bound} for the summed outputs of a FusedBatchNormGrad* case."""
+def batch_norm_grad_sum_bound(op: str, inputs, attrs, k: int) -> Optional[np.ndarray]:
+    """The per-channel summation bound of summed output ``k`` (1 or 2) of a FusedBatchNormGrad* case, or None
+    where the inputs do not give one (an empty batch, statistics of another shape)."""
     attrs = get_spec(op).with_defaults(attrs or {})
     dy, x, _, mean, variance = (np.asarray(a, dtype=np.float64) for a in list(inputs)[:5])
     axis = channel_axis(x.ndim, attrs["data_format"])
     channels = x.shape[axis]
     rows = lambda a: np.moveaxis(a, axis, -1).reshape(-1, channels)  # noqa: E731
-    dy, x = rows(dy), rows(x)
+    dy = rows(dy)
     n = dy.shape[0]
     if n == 0 or mean.shape != (channels,) or variance.shape != (channels,):
-        return {}
+        return None
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        c0 = np.abs(1.0 / np.sqrt(variance + np.float64(np.float32(attrs["epsilon"]))))
-        terms = {1: np.abs(dy * (x - mean)) * c0, 2: np.abs(dy)}
+        if k == 2:
+            terms = np.abs(dy)
+        else:
+            c0 = np.abs(1.0 / np.sqrt(variance + np.float64(np.float32(attrs["epsilon"]))))
+            terms = np.abs(dy * (rows(x) - mean)) * c0
     gamma = 2 * (n + 1) * UNIT_ROUNDOFF["float32"]  # every type computes in float32
-    return {k: gamma * np.where(np.isfinite(t), t, 0.0).sum(axis=0) for k, t in terms.items()}
+    return gamma * np.where(np.isfinite(terms), terms, 0.0).sum(axis=0)
 
 
 def batch_norm_output_bound(op: str, inputs, attrs, k: int, want) -> Union[float, np.ndarray]:
@@ -86,7 +90,7 @@ def batch_norm_output_bound(op: str, inputs, attrs, k: int, want) -> Union[float
     outputs of the gradients at least the summation bound of each channel."""
     bound = batch_norm_bound(want)
     if op in _GRAD_OPS and k in BATCH_NORM_GRAD_SUMS:
-        sums = batch_norm_grad_sum_bounds(op, inputs, attrs).get(k)
+        sums = batch_norm_grad_sum_bound(op, inputs, attrs, k)
         if sums is not None and sums.shape == np.shape(want):
             return np.maximum(bound, sums)
     return bound
