@@ -6,7 +6,9 @@
   python -m converters --keras FILE.keras --train-step --loss NAME [--from-logits]
                        [--optimizer NAME --learning-rate LR] --output STEP.onnx
   common: --opset N (17) --lowering custom|standard --debug
-  verification: --verify [--seed S] [--verify-rtol R] [--verify-sum-rtol R] [--verify-json FILE] [--no-tf-spread]
+  verification: --verify [--verify-nodes] [--seed S] [--verify-rtol R] [--verify-sum-rtol R] [--verify-json FILE]
+                [--no-tf-spread]
+  python -m converters SOURCE OPTIONS --verify-model FILE.onnx [--verify] [--verify-nodes]   (no --output)
   state (SavedModel and Keras sources): --variable-update-outputs --trainable-inputs
 
 Keras files are loaded by the Keras that wrote them (Keras 3, TF's default ``keras``, or tf_keras), which the
@@ -19,10 +21,20 @@ gradients and convolutions, converters.verification), TF's own spread (max |Eige
 kernels in a child process; --no-tf-spread skips it) and the verdict. --verify-json FILE writes the same report
 as JSON.
 
+--verify-nodes judges every converted op on TF's own input values (converters.verify_nodes): TF runs the frozen
+function once, every tensor the ONNX graph also holds is fetched, and ONNX Runtime runs each node (each group of
+nodes a TF op became) on TF's values of its inputs; bits for quantization and integer values (a quantized
+gradient included), rtol and the sum bound for the others. Errors do not accumulate from node to node, so the
+verdict does not depend on a deep step's chaos. It prints a table per TF op type and the first failing node.
+
+--verify-model FILE.onnx verifies a model you already have (after your own edits or optimizations, or converted
+elsewhere) against the TF source given by the same source options, without converting: end to end and per node
+(or what --verify / --verify-nodes ask for).
+
 Errors are one line on stderr (``error: ...``, saying what failed and what to do); --debug adds the traceback.
 Exit status: 0 on success; 1 when conversion fails (the model cannot be loaded or converted; unconverted ops
 are listed one per line; an unexpected error is reported as a bug); 2 for bad arguments; 3 when --verify
-finds an output outside its tolerance.
+or --verify-nodes finds a value outside its tolerance.
 """
 from __future__ import annotations
 
@@ -50,7 +62,7 @@ def parse_args(argv=None):
     p.add_argument("--tag", default=None, help="SavedModel tag set, comma separated (default: serve)")
     p.add_argument("--inputs", help="GraphDef input tensor names, comma separated (a:0,b:0)")
     p.add_argument("--outputs", help="GraphDef output tensor names, comma separated")
-    p.add_argument("--output", required=True, metavar="OUT.onnx", help="where to write the ONNX model")
+    p.add_argument("--output", metavar="OUT.onnx", help="where to write the ONNX model (required unless --verify-model)")
     p.add_argument("--opset", type=int, default=17, help="ONNX opset (default 17)")
     p.add_argument("--lowering", choices=("custom", "standard"), default="custom")
     p.add_argument(
@@ -85,6 +97,11 @@ def parse_args(argv=None):
     verify.add_argument("--verify", action="store_true",
                         help="run TF (its Eigen kernels) and ONNX Runtime on seeded random inputs and judge every "
                         "output")
+    verify.add_argument("--verify-nodes", action="store_true",
+                        help="judge every converted op on TF's own input values (per node: errors do not accumulate)")
+    verify.add_argument("--verify-model", metavar="FILE.onnx", default=None,
+                        help="verify this existing ONNX file against the source instead of converting (end to end "
+                        "and per node, unless --verify or --verify-nodes narrows it)")
     verify.add_argument("--seed", type=int, default=0, help="seed of the --verify inputs")
     verify.add_argument("--verify-rtol", type=float, default=None, metavar="R",
                         help="relative tolerance of float outputs (default: a few ulps of the type, 1e-5 for float32)")
@@ -94,12 +111,21 @@ def parse_args(argv=None):
     verify.add_argument("--no-tf-spread", action="store_true",
                         help="skip TF's oneDNN run (a child process) that measures TF's own spread for --verify")
     args = p.parse_args(argv)
+    if args.verify_model:
+        if args.output:
+            p.error("--verify-model verifies an existing file: leave out --output")
+        if args.fold_batch_norm:
+            p.error("--fold-batch-norm is a conversion option; --verify-model does not convert")
+        if not (args.verify or args.verify_nodes):
+            args.verify = args.verify_nodes = True
+    elif not args.output:
+        p.error("--output is required (or --verify-model FILE.onnx to verify a file without converting)")
     verify_only = [flag for flag, value in (("--verify-rtol", args.verify_rtol is not None),
                                             ("--verify-sum-rtol", args.verify_sum_rtol is not None),
                                             ("--verify-json", args.verify_json), ("--no-tf-spread", args.no_tf_spread))
                    if value]
-    if verify_only and not args.verify:
-        p.error(f"{', '.join(verify_only)} apply to --verify")
+    if verify_only and not (args.verify or args.verify_nodes):
+        p.error(f"{', '.join(verify_only)} apply to --verify and --verify-nodes")
     if args.graphdef and not (args.inputs and args.outputs):
         p.error("--graphdef needs --inputs and --outputs")
     if args.graphdef and (args.variable_update_outputs or args.trainable_inputs):
@@ -119,8 +145,9 @@ def _split(names):
     return [n.strip() for n in names.split(",") if n.strip()]
 
 
-def _convert_keras(args, common, state):
-    """(ONNX model, the TF function --verify runs, what keeps it alive) for a --keras source."""
+def _convert_keras(args, common, state, convert=True):
+    """(ONNX model, the TF function --verify runs, what keeps it alive) for a --keras source (no model: None,
+    when ``convert`` is false)."""
     import converters
     from converters.keras_models import describe_keras, load_keras_file, training_step_function
 
@@ -134,15 +161,18 @@ def _convert_keras(args, common, state):
             raise converters.ConversionError(
                 f"{args.keras} is a SavedModel directory, which keeps no Keras model to train: use the .keras file, "
                 "or --saved-model with --signature-key of a training-step signature")
+        if not convert:
+            return None, None, None
         print(f"{args.keras} is a SavedModel directory: converting its serving_default signature")
         return converters.from_saved_model(args.keras, **common, **state), None, None
     keras_model, flavour = load_keras_file(args.keras)
     print(f"loaded {args.keras} with {describe_keras(flavour)}: model {keras_model.name!r}")
     if not args.train_step:
-        return converters.from_keras(keras_model, batch_size=args.batch_size, **common, **state), keras_model, None
+        model = converters.from_keras(keras_model, batch_size=args.batch_size, **common, **state) if convert else None
+        return model, keras_model, None
     concrete, holder = training_step_function(keras_model, args.loss, args.optimizer, args.learning_rate,
                                               args.from_logits, batch_size=args.batch_size)
-    return converters.from_concrete_function(concrete, **common, **state), concrete, holder
+    return (converters.from_concrete_function(concrete, **common, **state) if convert else None), concrete, holder
 
 
 def _variable_update_names(model):
@@ -183,9 +213,40 @@ def _training_step_inputs(step, onnx_model, seed: int = 0) -> dict:
     return inputs
 
 
+def _load_model(path):
+    import onnx
+
+    from converters.errors import ConversionError
+
+    try:
+        return onnx.load(path)
+    except Exception as e:  # noqa: BLE001 - a file we cannot read is the user's to fix
+        raise ConversionError(f"--verify-model {path}: cannot read it as an ONNX model ({type(e).__name__}: {e})") from e
+
+
+def _per_node_source(args, keras_model, keep_alive):
+    """(the function per-node verification freezes, or None; a frozen GraphDef for a --graphdef source, or None;
+    what keeps the function alive)."""
+    from converters.frontends import keras_concrete_function, load_signature
+
+    if args.graphdef:
+        from converters.verify_nodes import freeze_graph_def
+
+        return None, freeze_graph_def(args.graphdef, _split(args.inputs), _split(args.outputs)), None
+    if args.saved_model or keras_model is None:  # a SavedModel, or a SavedModel directory given as --keras
+        path = args.saved_model or args.keras
+        key = args.signature_key if args.saved_model else "serving_default"
+        tags = None if args.tag is None else _split(args.tag)
+        loaded, signature = load_signature(path, key, tags)
+        return signature, None, loaded
+    if keep_alive is not None:  # a training step: its ConcreteFunction, as converted
+        return keras_model, None, None
+    return keras_concrete_function(keras_model, None, args.batch_size), None, None
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if args.verify:  # before TF's import: --verify judges against TF's Eigen kernels (converters.verification)
+    if args.verify or args.verify_nodes:  # before TF's import: both judge against TF's Eigen kernels
         os.environ["TF_ENABLE_ONEDNN_OPTS"] = "0"
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     # TF's Eigen kernels, which the project's exactness claims are made against (TF's default turns oneDNN on
@@ -203,7 +264,11 @@ def main(argv=None) -> int:
     state = dict(variable_updates="outputs" if args.variable_update_outputs else "warn", trainable_inputs=args.trainable_inputs)
     keras_model = keep_alive = None
     try:
-        if args.saved_model:
+        if args.verify_model:
+            model = _load_model(args.verify_model)
+            if args.keras:
+                _, keras_model, keep_alive = _convert_keras(args, common, state, convert=False)
+        elif args.saved_model:
             model = converters.from_saved_model(
                 args.saved_model, signature_key=args.signature_key, tags=args.tag, **common, **state
             )
@@ -230,40 +295,83 @@ def main(argv=None) -> int:
         print(f"error: unexpected {type(e).__name__} while converting: {first} (a bug in converters: rerun with "
               "--debug and report the traceback)", file=sys.stderr)
         return EXIT_CONVERSION_FAILED
-    print(f"wrote {args.output} (lowering={args.lowering}, opset={args.opset}, {len(model.graph.node)} nodes)")
+    if args.verify_model:
+        print(f"verifying {args.verify_model} ({len(model.graph.node)} nodes) without converting")
+    else:
+        print(f"wrote {args.output} (lowering={args.lowering}, opset={args.opset}, {len(model.graph.node)} nodes)")
 
-    if not args.verify:
+    if not (args.verify or args.verify_nodes):
         return 0
-    if args.variable_update_outputs:
-        # TF's function returns only its own outputs; the new variable values are checked by the tests
-        # (tests/test_state_outputs.py), --verify compares the function's outputs.
-        model = _without_extra_outputs(model, _variable_update_names(model))
-    options = dict(seed=args.seed, rtol=args.verify_rtol, sum_rtol=args.verify_sum_rtol, spread=not args.no_tf_spread,
-                   json_path=args.verify_json)
+    options = dict(seed=args.seed, rtol=args.verify_rtol, sum_rtol=args.verify_sum_rtol)
     if keep_alive is not None:  # a Keras training step: labels must be valid class indices
         options["inputs"] = _training_step_inputs(keep_alive, model, args.seed)
+    what = "the ONNX model was written; " if not args.verify_model else ""
+    reports = {}
     try:
-        if args.saved_model:
-            tags = None if args.tag is None else _split(args.tag)
-            report = converters.verify_saved_model(args.saved_model, model, args.signature_key, tags, **options)
-        elif args.graphdef:
-            report = converters.verify_graph_def(args.graphdef, _split(args.inputs), _split(args.outputs), model,
-                                                 **options)
-        elif keras_model is None:  # a SavedModel directory given as --keras
-            report = converters.verify_saved_model(args.keras, model, **options)
-        else:  # the Keras model (inference) or the training step's ConcreteFunction (frozen for TF's oneDNN child)
-            report = converters.verify_keras(keras_model, model, **options)
+        frozen = None
+        if args.verify_nodes:
+            # Frozen before the end-to-end run: a training step assigns its variables.
+            from converters.verify_nodes import freeze_like_converter
+
+            nodes_fn, frozen, nodes_alive = _per_node_source(args, keras_model, keep_alive)
+            if frozen is None:
+                from converters.verify_tf import concrete_function
+                from converters.verification import random_inputs
+
+                sample = options.get("inputs") or random_inputs(model, args.seed)
+                frozen = freeze_like_converter(concrete_function(nodes_fn, sample), model)
+        if args.verify:
+            reports["end_to_end"] = _verify_end_to_end(args, converters, model, keras_model, options)
+        if args.verify_nodes:
+            from converters.verify_nodes import verify_nodes
+
+            if args.verify:
+                print()
+            reports["per_node"] = verify_nodes(model, None, frozen=frozen, **options)
+            del nodes_alive
     except Exception as e:  # the model was written; running it (or TF) failed
         if args.debug:
             traceback.print_exc()
         first = (str(e).strip().splitlines() or [""])[-1][:300]
-        print(f"error: --verify could not run the models: {type(e).__name__}: {first} (the ONNX model was written; "
-              "rerun with --debug for the traceback)", file=sys.stderr)
+        print(f"error: verification could not run the models: {type(e).__name__}: {first} ({what}rerun with --debug "
+              "for the traceback)", file=sys.stderr)
         return EXIT_CONVERSION_FAILED
     del keep_alive
     if args.verify_json:
+        _write_json(args.verify_json, reports)
         print(f"wrote the verification report to {args.verify_json}")
-    return 0 if report.ok else EXIT_VERIFY_FAILED
+    return 0 if all(r.ok for r in reports.values()) else EXIT_VERIFY_FAILED
+
+
+def _verify_end_to_end(args, converters, model, keras_model, options):
+    if args.variable_update_outputs or _variable_update_names(model):
+        # TF's function returns only its own outputs; the new variable values are checked per node
+        # (--verify-nodes) and by the tests (tests/test_state_outputs.py).
+        model = _without_extra_outputs(model, _variable_update_names(model))
+    options = dict(options, spread=not args.no_tf_spread)
+    if args.saved_model:
+        tags = None if args.tag is None else _split(args.tag)
+        return converters.verify_saved_model(args.saved_model, model, args.signature_key, tags, **options)
+    if args.graphdef:
+        return converters.verify_graph_def(args.graphdef, _split(args.inputs), _split(args.outputs), model, **options)
+    if keras_model is None:  # a SavedModel directory given as --keras
+        return converters.verify_saved_model(args.keras, model, **options)
+    # The Keras model (inference) or the training step's ConcreteFunction (frozen for TF's oneDNN child).
+    return converters.verify_keras(keras_model, model, **options)
+
+
+def _write_json(path, reports):
+    """The end-to-end report's JSON (with the per-node report under "per_node"), or the per-node report's alone."""
+    import json
+
+    if "end_to_end" in reports:
+        data = reports["end_to_end"].to_dict()
+        if "per_node" in reports:
+            data["per_node"] = reports["per_node"].to_dict()
+    else:
+        data = reports["per_node"].to_dict()
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(json.dumps(data, indent=2, default=float) + "\n")
 
 
 if __name__ == "__main__":

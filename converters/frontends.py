@@ -216,23 +216,26 @@ def load_graph_def(path):
     return graph_def
 
 
+def freeze_graph_def(graph_def, input_names: Sequence[str], output_names: Sequence[str]):
+    """(frozen GraphDef, input names, output names) of a GraphDef (a proto or a .pb path), by tf2onnx's loader."""
+    from tf2onnx import tf_loader
+
+    if isinstance(graph_def, (str, os.PathLike)):
+        return tf_loader.from_graphdef(str(graph_def), list(input_names), list(output_names))
+    # tf2onnx's loader reads a file; hand it one rather than re-implementing its freezing steps.
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "graph.pb")
+        with open(path, "wb") as f:
+            f.write(graph_def.SerializeToString())
+        return tf_loader.from_graphdef(path, list(input_names), list(output_names))
+
+
 def from_graph_def(
     graph_def, input_names: Sequence[str], output_names: Sequence[str], lowering="custom", opset=DEFAULT_OPSET,
     output_path: Optional[str] = None, **kw
 ) -> onnx.ModelProto:
     """Convert a GraphDef (a proto or a path to a .pb); names are tensor names such as ``x:0``."""
-    from tf2onnx import tf_loader
-
-    if isinstance(graph_def, (str, os.PathLike)):
-        path = str(graph_def)
-        frozen, inputs, outputs = tf_loader.from_graphdef(path, list(input_names), list(output_names))
-    else:
-        # tf2onnx's loader reads a file; hand it one rather than re-implementing its freezing steps.
-        with tempfile.TemporaryDirectory() as tmp:
-            path = os.path.join(tmp, "graph.pb")
-            with open(path, "wb") as f:
-                f.write(graph_def.SerializeToString())
-            frozen, inputs, outputs = tf_loader.from_graphdef(path, list(input_names), list(output_names))
+    frozen, inputs, outputs = freeze_graph_def(graph_def, input_names, output_names)
     return convert_frozen_graph(
         frozen, inputs, outputs, lowering=lowering, opset=opset, name="graph_def", output_path=output_path, **kw
     )

@@ -10,7 +10,10 @@ is reported next to ours: TF's own spread on this CPU.
 How each output is judged:
 
 * bit for bit: outputs of quantization ops (FakeQuant*, QuantizeAndDequantize*, recorded by the converter
-  or traced in the TF graph) and integer and boolean outputs. NaN matches any NaN; +0 and -0 differ.
+  or traced in the TF graph) whose whole cone of inputs is exact (converters.exact_outputs: a quantizer fed by
+  a convolution, or a quantized gradient fed by a backprop, inherits the sum's order and is judged as a float
+  or a sum; per-node verification, converters.verify_nodes, holds it to bits on TF's inputs), and integer and
+  boolean outputs. NaN matches any NaN; +0 and -0 differ.
 * a float output: ``|ort - tf| <= rtol*|tf|``, rtol a few ulps of the element type (DEFAULT_RTOL: float32
   1e-5, float64 1e-12, float16 1e-3, bfloat16 1e-2).
 * a sum (a reduction, a gradient, a convolution, a matmul, anything computed from one): against the size
@@ -55,7 +58,7 @@ from typing import Optional
 import numpy as np
 import onnx
 
-from converters.exact_outputs import producer_type, recorded_exact_outputs
+from converters.exact_outputs import exact_cone, producer_type, recorded_exact_outputs
 from converters.family import QUANTIZATION_OPS
 from converters.verify_tf import concrete_function as _concrete_function
 from converters.verify_tf import graph_def_function  # noqa: F401 - part of this module's API
@@ -98,6 +101,7 @@ class OutputCheck:
     kind: str = ""  # "bits", "float" or "sum" (how verify judged it)
     sum_rtol: float = 0.0  # sums: times the magnitude of what was summed
     bound: float = 0.0  # the error allowed at the element that came closest to (or went furthest past) its bound
+    error: Optional[float] = None  # the error of that same element (None: judged bit for bit, see max_abs_err)
     spread: Optional[float] = None  # max |TF Eigen - TF oneDNN| of this output (None: not measured)
     spread_note: str = ""  # why the spread is missing or not comparable
     within_spread: bool = False  # outside its bound, but no further from TF than TF's kernel sets are apart
@@ -127,6 +131,7 @@ class OutputCheck:
             "elements": self.size, "identical": self.size - self.n_differing if self.same_type else 0,
             "outside": self.n_outside, "max_abs_err": _finite_or_none(self.max_abs_err),
             "max_rel_err": _finite_or_none(self.max_rel_err), "bound": self.bound,
+            "error_at_bound": None if self.error is None else _finite_or_none(self.error),
             "tf_spread": None if self.spread is None else _finite_or_none(self.spread),
             "tf_spread_note": self.spread_note, "within_tf_spread": self.within_spread, "ok": self.ok,
             "verdict": self.verdict or ("ok" if self.ok else "FAIL"), "note": self.note,
@@ -154,7 +159,7 @@ class VerifyReport:
         return all(c.ok for c in self.outputs)
 
     def table(self) -> str:
-        header = ("output", "shape", "dtype", "identical", "max abs err", "bound", "judged as", "TF spread", "verdict")
+        header = ("output", "shape", "dtype", "identical", "error", "bound", "judged as", "TF spread", "verdict")
         rows = []
         for c in self.outputs:
             if c.spread is not None:
@@ -166,7 +171,7 @@ class VerifyReport:
                 "x".join(map(str, c.shape)) or "scalar",
                 c.dtype,
                 f"{c.size - c.n_differing}/{c.size}" if c.same_type else "-",
-                _short(c.max_abs_err),
+                _short(c.max_abs_err if c.exact or c.error is None else c.error),
                 "0" if c.exact else _short(c.bound),
                 "bit-exact" if c.exact else (c.kind or c.tolerance),
                 spread,
@@ -195,7 +200,8 @@ class VerifyReport:
         per_type = "; ".join(f"{dtype}: {', '.join(v)}" for dtype, v in settings.items())
         return [f"float: |ort - tf| <= rtol*|tf|; sum: <= rtol*|tf| + sum_rtol*Σ|terms| (the magnitude of what was "
                 f"summed); {per_type}",
-                "bound: the error allowed at the element nearest its bound; TF spread: max |TF Eigen - TF oneDNN|"]
+                "error, bound: of one element, the one nearest its bound (or furthest past it); bit-exact rows: the "
+                "largest error; TF spread: max |TF Eigen - TF oneDNN|"]
 
     def to_dict(self) -> dict:
         return {"ok": self.ok, "tf_reference": self.tf_reference, "tf_spread": self.tf_spread,
@@ -359,12 +365,14 @@ def judge_output(name, expected, actual, exact=False, rtol=None, sum_rtol=None, 
         n_outside = int(np.count_nonzero(~inside))
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio = np.where(err > 0, err / bound, 0.0)
-        ratio = np.where(inside, ratio, np.inf)
+        # Misplaced non-finite values (err 0 there) rank above every finite element.
+        ratio = np.where(inside | finite, ratio, np.inf)
         worst = int(np.argmax(ratio)) if ratio.size else 0
         check = OutputCheck(
             name, expected.shape, dtype, False, rtol, atol, max_abs, max_rel, int(np.count_nonzero(~same)), n_outside,
             n_outside == 0, note, nonfinite_match=bool(np.all(same | finite)), kind=kind,
             sum_rtol=sum_rtol if kind == "sum" else 0.0, bound=float(bound.flat[worst]) if bound.size else 0.0,
+            error=float(err.flat[worst]) if err.size else 0.0,
         )
     if other_tf is not None:
         _measure_spread(check, expected, np.asarray(other_tf))
@@ -491,6 +499,22 @@ def _magnitudes(onnx_model, names, inputs, threads):
     return {name: values[mag] for name, mag in comp.outputs.items()}, ""
 
 
+def _magnitudes_with(model, names, feeds, threads, additions=False):
+    """Run ``model`` on ``feeds`` with the magnitudes of the ``names`` outputs that have a sum upstream (or an
+    addition, with ``additions``; converters.verify_magnitude.companion): (its outputs by name, {output:
+    Σ|terms|}, a note when the magnitudes could not be computed)."""
+    from converters.verify_magnitude import companion
+
+    try:
+        comp = companion(model, names, additions=additions)
+        values = run_onnx(comp.model, feeds, threads, VERIFY_LOG_SEVERITY)
+    except Exception as e:  # noqa: BLE001 - the verdicts say what this costs
+        note = f"the magnitudes of sums could not be computed ({_one_line(e)}); sums were judged as plain floats"
+        return run_onnx(model, feeds, threads, VERIFY_LOG_SEVERITY), {}, note
+    magnitudes = {name: values.pop(mag) for name, mag in comp.outputs.items()}
+    return values, magnitudes, ""
+
+
 def verify(
     onnx_model,
     tf_fn,
@@ -554,7 +578,9 @@ def verify(
             raise ValueError(f"TF returned {len(flat_values)} outputs, the ONNX model has {len(onnx_names)}")
         keys = list(onnx_names)
         here = dict(zip(keys, flat_values))
-    producers = dict(zip(keys, (producer_type(t) for t in graph_outputs)))
+    # Outputs exact from the inputs in the function's own graph (a tf.function's; a SavedModel signature's graph is
+    # a call, traced through by the converter's record instead).
+    traced_exact = {k for k, t in zip(keys, graph_outputs) if producer_type(t) in QUANTIZATION_OPS and exact_cone(t)}
     for name in onnx_names:
         if name not in here:
             raise ValueError(f"ONNX output {name!r} has no TF counterpart (TF outputs: {sorted(here)})")
@@ -583,10 +609,11 @@ def verify(
         tf_spread = "TF spread: not measured"
 
     ort_values = run_onnx(onnx_model, inputs, threads, VERIFY_LOG_SEVERITY)
-    # Quantization outputs: those the converter recorded (it traced the frozen graph, which sees
-    # through SavedModel call wrappers) and those traced here in the TF function's own graph.
-    exact_names = set(exact_outputs or ()) | recorded_exact_outputs(onnx_model)
-    exact = {name: name in exact_names or producers.get(name) in QUANTIZATION_OPS for name in onnx_names}
+    # Bit-exact outputs: a quantizer's output whose whole cone of inputs is exact (converters.exact_outputs), as
+    # the converter recorded it (it traced the frozen graph, which sees through SavedModel call wrappers) or as
+    # traced here in the TF function's own graph.
+    exact_names = set(exact_outputs or ()) | recorded_exact_outputs(onnx_model) | traced_exact
+    exact = {name: name in exact_names for name in onnx_names}
     notes = []
     floats = [n for n in onnx_names
               if not exact[n] and (reference[n].dtype.kind == "f" or reference[n].dtype.name == "bfloat16")]

@@ -412,9 +412,11 @@ def _set_attr(node, key, value):
     node.attribute.append(helper.make_attribute(key, value))
 
 
-def companion(model: onnx.ModelProto, outputs=None, levels: int = None) -> Companion:
+def companion(model: onnx.ModelProto, outputs=None, levels: int = None, additions: bool = False) -> Companion:
     """The model plus a magnitude output for each of ``outputs`` (default: all float outputs) that has a sum
-    upstream (see the module docstring); ``Companion.outputs`` names them."""
+    upstream (see the module docstring); ``Companion.outputs`` names them. ``additions=True``: also for those
+    with an addition or subtraction upstream (per-node verification, whose inputs come from TF: a node that adds
+    terms of opposite sign, as a batch norm written in standard ops does, is a sum of its own)."""
     floats = {o.name: o.type.tensor_type.elem_type for o in model.graph.output
               if o.type.tensor_type.elem_type in _FLOAT_TYPES}
     builder = _Builder(model)
@@ -422,7 +424,7 @@ def companion(model: onnx.ModelProto, outputs=None, levels: int = None) -> Compa
     for name in (outputs if outputs is not None else list(floats)):
         if name in floats:
             mag = builder.magnitude(name, LEVELS if levels is None else levels)
-            if mag.summed:
+            if mag.summed or (additions and mag.derived):
                 found[name] = mag.name
     result = onnx.ModelProto()
     result.CopyFrom(model)

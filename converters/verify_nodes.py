@@ -1,0 +1,616 @@
+"""Per-node verification: every converted op judged on TensorFlow's own input values.
+
+End-to-end verification (converters.verification) judges a model's outputs, where the differences of every
+node upstream have accumulated; in a deep training step one ReLU6 mask flip (from a last-bit difference in a
+convolution's sum) moves every earlier gradient, and the verdict then depends on the seed. Here each node is
+judged alone:
+
+1. TensorFlow runs the frozen function once (frozen as the converter froze it, so the names agree) and every
+   tensor that the ONNX graph also holds is fetched: tf2onnx names a converted op's outputs after the TF
+   tensors, and the converter names the graph's inputs and outputs after the function's.
+2. Each such ONNX value is an *anchor*. Its layout is found from its shape (tf2onnx's layout optimizer keeps a
+   tensor's name where it moves a Transpose across the op, so an anchor may hold TF's NHWC tensor as NCHW;
+   where two layouts give the same shape, the one closer to ONNX Runtime's own end-to-end value is taken).
+   A value whose shape or type matches no layout of its TF tensor is not an anchor.
+3. The ONNX nodes are grouped: nodes that exchange a value which is not an anchor belong to one group (a TF
+   op that became several ONNX nodes is one group; so is a fusion of several TF ops). One model holds every
+   group, each group's inputs fed with TF's values of its anchors, so ONNX Runtime runs every node in one
+   session, once.
+4. Each anchor a group computes is judged against TF's value by the verifier's rules (converters.verification):
+   bit for bit where the value is integer or boolean, or where every TF op between the group's inputs and it
+   is exact by construction (converters.exact_outputs: a quantizer, a quantized gradient's mask, data movement;
+   so a quantized gradient *is* held to TF's bits here); otherwise ``rtol*|tf|``, plus ``sum_rtol*Σ|terms|``
+   for a sum, its terms' magnitude computed by converters.verify_magnitude on the group's own inputs.
+
+Errors do not accumulate from node to node, so the verdict depends neither on chaos downstream nor on TF's
+spread (which is not measured here). The report counts, per TF op type, the values checked, those held bit for
+bit, those within their bound, and the worst error against its bound (both of one element); it names the
+first failing value in the ONNX graph's order, with its TF op, its group's ONNX nodes and where their inputs
+came from.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+from collections import defaultdict
+from typing import Dict, List, Optional
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+logger = logging.getLogger(__name__)
+
+TF_PREFIX = "tf_value::"
+_PASS_THROUGH = {"Identity", "IdentityN", "StopGradient", "Snapshot", "PreventGradient"}  # graph inputs of the per-node model: TF's value of an anchor
+_LAYOUTS = {3: [(0, 2, 1)], 4: [(0, 3, 1, 2), (0, 2, 3, 1)], 5: [(0, 4, 1, 2, 3), (0, 2, 3, 4, 1)]}
+
+
+@dataclasses.dataclass
+class Anchor:
+    """An ONNX value that holds a TF tensor: ``onnx value == transpose(tf value, perm)`` (reshaped where the
+    shapes differ only in unit dimensions)."""
+
+    name: str  # the ONNX value
+    tf_name: str  # the TF tensor
+    perm: Optional[tuple] = None
+    shape: Optional[tuple] = None  # reshape to this after the transpose
+
+    def to_onnx_layout(self, value: np.ndarray) -> np.ndarray:
+        if self.perm is not None:
+            value = np.ascontiguousarray(np.transpose(value, self.perm))
+        if self.shape is not None:
+            value = value.reshape(self.shape)
+        return value
+
+
+@dataclasses.dataclass
+class NodeCheck:
+    """One anchor computed by ONNX Runtime from TF's values of its group's inputs, judged against TF's."""
+
+    value: str  # the ONNX value
+    tf_tensor: str
+    tf_op: str  # the TF op's name
+    tf_type: str
+    group: int
+    onnx_nodes: List[str]  # "name (OpType)" of the group's nodes that compute the value
+    sources: List[str]  # where the group's inputs came from
+    layout: str
+    check: object  # converters.verification.OutputCheck
+
+    @property
+    def ok(self) -> bool:
+        return self.check.ok
+
+    def to_dict(self) -> dict:
+        return {"value": self.value, "tf_tensor": self.tf_tensor, "tf_op": self.tf_op, "tf_type": self.tf_type,
+                "group": self.group, "onnx_nodes": self.onnx_nodes, "inputs_from": self.sources,
+                "layout": self.layout, **self.check.to_dict()}
+
+
+@dataclasses.dataclass
+class NodeReport:
+    checks: List[NodeCheck]
+    nodes: int  # ONNX nodes in the model
+    groups: int
+    unanchored: int  # ONNX values with a TF name that could not be matched with their TF tensor
+    notes: List[str] = dataclasses.field(default_factory=list)
+    seconds: Dict[str, float] = dataclasses.field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    @property
+    def failures(self) -> List[NodeCheck]:
+        return [c for c in self.checks if not c.ok]
+
+    @property
+    def first_failure(self) -> Optional[NodeCheck]:
+        failed = self.failures
+        return failed[0] if failed else None
+
+    def by_type(self) -> Dict[str, dict]:
+        rows: Dict[str, dict] = {}
+        for c in self.checks:
+            row = rows.setdefault(c.tf_type, {"checked": 0, "bit_exact": 0, "within_bound": 0, "failed": 0,
+                                              "worst_ratio": 0.0, "worst_error": 0.0, "worst_bound": 0.0,
+                                              "worst_value": ""})
+            row["checked"] += 1
+            k = c.check
+            if not k.ok:
+                row["failed"] += 1
+            elif k.exact:
+                row["bit_exact"] += 1
+            else:
+                row["within_bound"] += 1
+            if k.exact:
+                ratio = 0.0 if k.ok else np.inf
+                error, bound = k.max_abs_err, 0.0
+            else:
+                error = k.max_abs_err if k.error is None else k.error
+                bound = k.bound
+                ratio = error / bound if bound > 0 else (0.0 if error == 0 else np.inf)
+            if not k.same_type or not k.nonfinite_match:
+                ratio = np.inf
+            if ratio > row["worst_ratio"] or not row["worst_value"]:
+                row.update(worst_ratio=float(ratio), worst_error=float(error), worst_bound=float(bound),
+                           worst_value=c.value)
+        return dict(sorted(rows.items()))
+
+    def table(self) -> str:
+        header = ("TF op type", "checked", "bit-exact", "within bound", "failed", "worst error", "its bound")
+        rows = []
+        for op_type, r in self.by_type().items():
+            rows.append((op_type, str(r["checked"]), str(r["bit_exact"]), str(r["within_bound"]), str(r["failed"]),
+                         _short(r["worst_error"]), "0 (bits)" if r["worst_bound"] == 0 else _short(r["worst_bound"])))
+        widths = [max(len(row[i]) for row in [header] + rows) for i in range(len(header))]
+        lines = ["per-node verification: each converted op run on TF's own input values (TF's Eigen kernels)",
+                 "  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip(),
+                 "  ".join("-" * w for w in widths)]
+        lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in rows]
+        exact = sum(1 for c in self.checks if c.check.exact)
+        lines.append(f"{len(self.checks)} values checked ({exact} bit for bit) in {self.groups} groups of the "
+                     f"model's {self.nodes} nodes; worst error and its bound are of one element")
+        if self.unanchored:
+            lines.append(f"{self.unanchored} ONNX values named after a TF tensor hold another layout or type and "
+                         "were checked through the values computed from them")
+        lines += self.notes
+        first = self.first_failure
+        if first is not None:
+            lines += ["", f"first failing node ({len(self.failures)} values failed):", *self.describe(first)]
+        lines.append("per-node verification " + ("passed" if self.ok else "FAILED"))
+        return "\n".join(lines)
+
+    @staticmethod
+    def describe(c: NodeCheck) -> List[str]:
+        k = c.check
+        if k.exact:
+            error = f"{k.n_differing} of {k.size} elements differ in bits (max error {_short(k.max_abs_err)})"
+        else:
+            err = k.max_abs_err if k.error is None else k.error
+            error = f"{k.n_outside} of {k.size} elements outside their bound (error {_short(err)} against bound " \
+                    f"{_short(k.bound)} at one element; max error {_short(k.max_abs_err)})"
+        return [f"  TF op {c.tf_op!r} ({c.tf_type}), tensor {c.tf_tensor}, ONNX value {c.value!r}",
+                f"  judged {'bit for bit' if k.exact else k.kind}: {error}" + (f"; {k.note}" if k.note else ""),
+                f"  ONNX nodes: {', '.join(c.onnx_nodes)}",
+                f"  inputs from: {'; '.join(c.sources) or 'constants only'}"]
+
+    def to_dict(self) -> dict:
+        first = self.first_failure
+        return {"ok": self.ok, "nodes": self.nodes, "groups": self.groups, "checked": len(self.checks),
+                "unanchored": self.unanchored, "notes": list(self.notes), "seconds": self.seconds,
+                "by_tf_op_type": self.by_type(), "first_failure": None if first is None else first.to_dict(),
+                "checks": [c.to_dict() for c in self.checks]}
+
+    def to_json(self, path=None) -> str:
+        text = json.dumps(self.to_dict(), indent=2, default=_json_default)
+        if path is not None:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text + "\n")
+        return text
+
+    def __str__(self) -> str:
+        return self.table()
+
+
+def _json_default(x):
+    if isinstance(x, (np.floating, np.integer)):
+        return x.item()
+    raise TypeError(type(x).__name__)
+
+
+def _short(x: float) -> str:
+    if x is None:
+        return "-"
+    if not np.isfinite(x):
+        return str(x)
+    return "0" if x == 0 else f"{x:.1e}"
+
+
+# ------------------------------------------------------------------------------------------- TF side
+
+
+def freeze_like_converter(concrete_func, onnx_model):
+    """The function frozen as the converter froze it for ``onnx_model`` (the same variable-update outputs and
+    trainable inputs, read from the model's metadata), so that tensor names agree; and the renames from TF
+    tensor names to the model's input and output names."""
+    from converters.frontends import _io_names, _structured_renames
+    from converters.variable_state import TRAINABLE_INPUTS_KEY, VARIABLE_UPDATES_KEY, freeze
+
+    props = {p.key: p.value for p in onnx_model.metadata_props}
+    inputs, outputs = _io_names(concrete_func)
+    renames = _structured_renames(concrete_func, inputs, outputs)
+    quiet = [logging.getLogger(n) for n in ("converters.variable_state", "tf2onnx")]
+    levels = [q.level for q in quiet]
+    for q in quiet:
+        q.setLevel(logging.ERROR)  # the variable updates left out are the converter's news, not the verifier's
+    try:
+        frozen = freeze(concrete_func, inputs, outputs,
+                        variable_updates="outputs" if props.get(VARIABLE_UPDATES_KEY) else "warn",
+                        trainable_inputs=bool(props.get(TRAINABLE_INPUTS_KEY)))
+    finally:
+        for q, level in zip(quiet, levels):
+            q.setLevel(level)
+    renames.update(frozen.renames)
+    return frozen, renames
+
+
+def freeze_graph_def(graph_def, input_names, output_names):
+    """A GraphDef (a proto or a .pb path) frozen as converters.from_graph_def freezes it, with no renames."""
+    from converters.frontends import freeze_graph_def as frontend_freeze
+    from converters.variable_state import FrozenFunction
+
+    frozen, inputs, outputs = frontend_freeze(graph_def, input_names, output_names)
+    return FrozenFunction(frozen, list(inputs), list(outputs), {}, [], {}), {}
+
+
+def _tf_run(graph, frozen, renames, inputs: dict, initializers: dict, fetch: List[str]) -> dict:
+    """TF's values of the ``fetch`` tensors of the imported frozen graph, fed by ONNX input name."""
+    import tensorflow as tf
+
+    feeds = {}
+    for tf_name in frozen.input_names:
+        name = renames.get(tf_name, tf_name)
+        value = inputs.get(name, initializers.get(name))
+        if value is None:
+            raise ValueError(f"no value for the TF input {tf_name} (ONNX input {name!r})")
+        feeds[graph.get_tensor_by_name(tf_name)] = value
+    with tf.compat.v1.Session(graph=graph) as sess:
+        values = sess.run([graph.get_tensor_by_name(n) for n in fetch], feeds)
+    return dict(zip(fetch, (np.asarray(v) for v in values)))
+
+
+# ------------------------------------------------------------------------------------------- anchors
+
+
+def _candidates(graph, renames, onnx_values) -> Dict[str, str]:
+    """ONNX value name -> TF tensor name, for every ONNX value named after a TF tensor (or its rename) whose TF
+    tensor is a real value (not a resource, not a family op's placeholder output)."""
+    import tensorflow as tf
+
+    import ort_ops
+
+    by_onnx = {}
+    for op in graph.get_operations():
+        placeholders = ()
+        if op.type in ort_ops.OP_NAMES:
+            placeholders = ort_ops.get_spec(op.type).placeholder_outputs()
+        for t in op.outputs:
+            if t.dtype in (tf.resource, tf.variant) or t.value_index in placeholders:
+                continue
+            name = renames.get(t.name, t.name)
+            if name in onnx_values:
+                by_onnx[name] = t.name
+    return by_onnx
+
+
+def _through_identities(tensor):
+    """The tensor behind identity-like ops (a renamed model output is TF's Identity of the op's output)."""
+    seen = 0
+    while tensor.op.type in _PASS_THROUGH and tensor.op.inputs and seen < 64:
+        tensor = tensor.op.inputs[tensor.value_index if tensor.op.type == "IdentityN" else 0]
+        seen += 1
+    return tensor
+
+
+def _domain_inputs(model: onnx.ModelProto, graph, by_onnx: Dict[str, str], sources: set) -> Dict[str, str]:
+    """More candidates: the inputs of the domain's nodes. A node of the domain is its TF op, input for input
+    (converters.lowering_custom), so an input the layout optimizer renamed (a Transpose moved in front of it) is
+    still TF's input of that op, in some layout."""
+    from ort_ops.schemas import DOMAIN
+
+    more = {}
+    for node in model.graph.node:
+        if node.domain != DOMAIN:
+            continue
+        op = None
+        for out in node.output:
+            if out in by_onnx:
+                tensor = _through_identities(graph.get_tensor_by_name(by_onnx[out]))
+                if tensor.op.type == node.op_type:
+                    op = tensor.op
+                    break
+        if op is None or len(op.inputs) != len(node.input):
+            continue
+        for name, tf_input in zip(node.input, op.inputs):
+            if name and name not in by_onnx and name not in sources and name not in more:
+                more[name] = tf_input.name
+    return more
+
+
+def _lost_names(model: onnx.ModelProto, graph, by_onnx: Dict[str, str], sources: set) -> Dict[str, str]:
+    """More candidates, where the optimizer renamed a TF op's output (a Transpose moved behind it): tf2onnx names
+    the nodes a TF op becomes after it (``NAME`` or ``NAME__...``); where the nodes of a one-output TF op whose
+    output has no ONNX value yield exactly one value that other nodes (or the graph) read, that value is the
+    op's output, in some layout (a wrong guess would fail its check loudly, never pass a wrong value: the value
+    is judged against TF's tensor, and its readers get TF's)."""
+    import tensorflow as tf
+
+    named = {}
+    for i, node in enumerate(model.graph.node):
+        base = node.name.split("__")[0]
+        named.setdefault(base, []).append(i)
+    have = set(by_onnx.values())
+    consumers = defaultdict(set)
+    for i, node in enumerate(model.graph.node):
+        for name in node.input:
+            consumers[name].add(i)
+    outputs = {o.name for o in model.graph.output}
+    more = {}
+    for base, members in named.items():
+        try:
+            op = graph.get_operation_by_name(base)
+        except (KeyError, ValueError):
+            continue
+        if len(op.outputs) != 1 or op.outputs[0].name in have or op.outputs[0].dtype in (tf.resource, tf.variant):
+            continue
+        inside = set(members)
+        leaving = {out for i in members for out in model.graph.node[i].output
+                   if out and (out in outputs or consumers[out] - inside)}
+        if len(leaving) == 1:
+            (value,) = leaving
+            if value not in by_onnx and value not in sources:
+                more[value] = op.outputs[0].name
+    return more
+
+
+def _layouts(tf_value: np.ndarray, onnx_shape: tuple):
+    """The (perm, reshape) ways ``tf_value`` can take ``onnx_shape``."""
+    found = []
+    if tf_value.shape == onnx_shape:
+        found.append((None, None))
+    for perm in _LAYOUTS.get(tf_value.ndim, []):
+        if tuple(tf_value.shape[p] for p in perm) == onnx_shape:
+            found.append((perm, None))
+    if not found and tf_value.size == int(np.prod(onnx_shape, dtype=np.int64)) and \
+            [d for d in tf_value.shape if d != 1] == [d for d in onnx_shape if d != 1]:
+        found.append((None, onnx_shape))
+    return found
+
+
+def _distance(a: np.ndarray, b: np.ndarray) -> float:
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    finite = np.isfinite(a64) & np.isfinite(b64)
+    if not finite.any():
+        return 0.0
+    return float(np.abs(a64[finite] - b64[finite]).mean())
+
+
+def find_anchors(candidates: Dict[str, str], tf_values: dict, onnx_values: dict):
+    """({ONNX value: Anchor}, names left out because no layout of the TF tensor matches ONNX's value)."""
+    anchors, left_out = {}, []
+    for name, tf_name in candidates.items():
+        tf_value, onnx_value = tf_values.get(tf_name), onnx_values.get(name)
+        if tf_value is None or onnx_value is None or tf_value.dtype != onnx_value.dtype:
+            left_out.append(name)
+            continue
+        options = _layouts(tf_value, onnx_value.shape)
+        if not options:
+            left_out.append(name)
+            continue
+        if len(options) > 1:
+            # Two layouts give ONNX's shape (H == W == C): take the one closest to ORT's own value. Where the TF
+            # values of the two are equal the choice does not matter.
+            options.sort(key=lambda o: _distance(Anchor(name, tf_name, *o).to_onnx_layout(tf_value), onnx_value))
+        anchors[name] = Anchor(name, tf_name, *options[0])
+    return anchors, left_out
+
+
+# ------------------------------------------------------------------------------------------- groups
+
+
+def _subgraph_inputs(node) -> set:
+    """Outer-scope names a node's subgraphs read."""
+    names = set()
+    for attr in node.attribute:
+        graphs = list(attr.g.node and [attr.g] or []) + list(attr.graphs)
+        for g in graphs:
+            defined = {i.name for i in g.input} | {i.name for i in g.initializer}
+            for n in g.node:
+                defined.update(n.output)
+            for n in g.node:
+                names.update(i for i in n.input if i and i not in defined)
+                names.update(_subgraph_inputs(n) - defined)
+    return names
+
+
+def group_nodes(graph, anchored: set, sources: set) -> List[int]:
+    """The group of each node: nodes joined by a value that is neither an anchor nor a source (a graph input or
+    an initializer) are in one group."""
+    parent = list(range(len(graph.node)))
+
+    def find(i):
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    producer = {}
+    for i, node in enumerate(graph.node):
+        for out in node.output:
+            if out:
+                producer[out] = i
+    for i, node in enumerate(graph.node):
+        inner = _subgraph_inputs(node)
+        for name in list(node.input) + sorted(inner):
+            if not name or name in sources or name not in producer:
+                continue
+            if name in anchored and name not in inner:
+                continue
+            a, b = find(i), find(producer[name])
+            if a != b:
+                parent[max(a, b)] = min(a, b)
+    return [find(i) for i in range(len(graph.node))]
+
+
+def per_node_model(model: onnx.ModelProto, anchors: Dict[str, Anchor], tf_values: dict, groups: List[int]):
+    """The model whose nodes read TF's value of every anchor they consume (graph inputs ``tf_value::NAME``) and
+    whose outputs are the anchors the nodes compute; and its feeds."""
+    graph = model.graph
+    initializers = {t.name for t in graph.initializer}
+    graph_inputs = {i.name for i in graph.input}
+    produced_in = {}
+    for i, node in enumerate(graph.node):
+        for out in node.output:
+            produced_in[out] = groups[i]
+    new_nodes, feeds, new_inputs, outputs = [], {}, [], []
+    for i, node in enumerate(graph.node):
+        copy = onnx.NodeProto()
+        copy.CopyFrom(node)
+        inner = _subgraph_inputs(node)
+        for k, name in enumerate(copy.input):
+            if name in anchors and name not in graph_inputs and name not in initializers and name not in inner:
+                fed = TF_PREFIX + name
+                copy.input[k] = fed
+                if fed not in feeds:
+                    feeds[fed] = anchors[name].to_onnx_layout(tf_values[anchors[name].tf_name])
+                    elem = helper.np_dtype_to_tensor_dtype(feeds[fed].dtype)
+                    new_inputs.append(helper.make_tensor_value_info(fed, elem, list(feeds[fed].shape)))
+        new_nodes.append(copy)
+        for out in node.output:
+            if out in anchors and out not in graph_inputs:
+                value = tf_values[anchors[out].tf_name]
+                outputs.append(helper.make_tensor_value_info(out, helper.np_dtype_to_tensor_dtype(value.dtype), None))
+    result = onnx.ModelProto()
+    result.CopyFrom(model)
+    del result.graph.node[:]
+    result.graph.node.extend(new_nodes)
+    result.graph.input.extend(new_inputs)
+    del result.graph.output[:]
+    result.graph.output.extend(outputs)
+    return result, feeds
+
+
+# ------------------------------------------------------------------------------------------- the check
+
+
+def _with_outputs(model: onnx.ModelProto, names) -> onnx.ModelProto:
+    extended = onnx.ModelProto()
+    extended.CopyFrom(model)
+    have = {o.name for o in extended.graph.output}
+    extended.graph.output.extend(onnx.ValueInfoProto(name=n) for n in names if n not in have)
+    return extended
+
+
+def verify_nodes(onnx_model, tf_fn, inputs=None, seed: int = 0, rtol: Optional[float] = None,
+                 sum_rtol: Optional[float] = None, atol: Optional[float] = None, threads: Optional[int] = None,
+                 print_table: bool = True, json_path=None, frozen=None) -> NodeReport:
+    """Judge every converted op of ``onnx_model`` on TF's own input values (see the module docstring).
+
+    ``tf_fn``: the function the model was converted from (a tf.function, ConcreteFunction, Keras model or
+    SavedModel signature), at the inputs given (``inputs``: by ONNX input name, or None for the verifier's
+    seeded random inputs). ``frozen``: (FrozenFunction, renames) from :func:`freeze_like_converter`, when the
+    caller froze it already (it must be frozen before a training step runs: the step assigns variables).
+    ``rtol``, ``sum_rtol``, ``atol``: as converters.verification.verify. Prints the report's table unless
+    ``print_table`` is false; writes its JSON to ``json_path`` if given.
+    """
+    import tensorflow as tf
+
+    from converters.exact_outputs import exact_cone
+    from converters.verification import (VERIFY_LOG_SEVERITY, _magnitudes_with, judge_output, random_inputs,
+                                         run_onnx)
+    from converters.verify_tf import concrete_function
+
+    seconds = {}
+    start = time.perf_counter()
+    graph = onnx_model.graph
+    init_values = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    graph_inputs = [vi.name for vi in graph.input if vi.name not in init_values]
+    if inputs is None:
+        inputs = random_inputs(onnx_model, seed)
+    elif not isinstance(inputs, dict):
+        inputs = dict(zip(graph_inputs, inputs))
+    inputs = {name: np.asarray(inputs[name]) for name in graph_inputs}
+    if frozen is None:
+        frozen = freeze_like_converter(concrete_function(tf_fn, inputs), onnx_model)
+    frozen_fn, renames = frozen
+    tf_graph = tf.Graph()
+    with tf_graph.as_default():
+        tf.compat.v1.import_graph_def(frozen_fn.graph_def, name="")
+    seconds["freeze"] = time.perf_counter() - start
+
+    node_values = {o for n in graph.node for o in n.output if o}
+    sources = set(init_values) | {vi.name for vi in graph.input}
+    candidates = _candidates(tf_graph, renames, node_values)
+    candidates.update(_domain_inputs(onnx_model, tf_graph, candidates, sources))
+    candidates.update(_lost_names(onnx_model, tf_graph, candidates, sources))
+    t0 = time.perf_counter()
+    tf_values = _tf_run(tf_graph, frozen_fn, renames, inputs, init_values, sorted(set(candidates.values())))
+    seconds["tf"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    onnx_values = run_onnx(_with_outputs(onnx_model, sorted(candidates)), inputs, threads, VERIFY_LOG_SEVERITY)
+    seconds["onnx_end_to_end"] = time.perf_counter() - t0
+    anchors, left_out = find_anchors(candidates, tf_values, onnx_values)
+    del onnx_values
+
+    groups = group_nodes(graph, set(anchors), sources)
+    model, feeds = per_node_model(onnx_model, anchors, tf_values, groups)
+    feeds.update({k: v for k, v in inputs.items()})
+    float_outputs = [o.name for o in model.graph.output
+                     if o.type.tensor_type.elem_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE,
+                                                         onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)]
+    t0 = time.perf_counter()
+    values, magnitudes, magnitude_note = _magnitudes_with(model, float_outputs, feeds, threads, additions=True)
+    seconds["onnx_per_node"] = time.perf_counter() - t0
+
+    producer = {out: i for i, node in enumerate(graph.node) for out in node.output if out}
+    tf_input_names = set(frozen_fn.input_names)
+    input_tf_name = {renames.get(t, t): t for t in frozen_fn.input_names}
+    checks = []
+    for i, node in enumerate(graph.node):
+        for out in node.output:
+            anchor = anchors.get(out)
+            if anchor is None or out in inputs:
+                continue
+            cone = _nodes_computing(graph, producer, groups, out, anchors)
+            stops, where = set(tf_input_names), []
+            for k in cone:
+                for name in graph.node[k].input:
+                    if name in anchors and name not in sources:
+                        stops.add(anchors[name].tf_name)
+                        text = f"{name} <- TF {anchors[name].tf_name}"
+                    elif name in inputs:
+                        text = f"{name} <- graph input {input_tf_name.get(name, name)}"
+                    else:
+                        continue
+                    if text not in where:
+                        where.append(text)
+            tensor = tf_graph.get_tensor_by_name(anchor.tf_name)
+            expected = anchor.to_onnx_layout(tf_values[anchor.tf_name])
+            exact = exact_cone(tensor, frozenset(stops))
+            check = judge_output(out, expected, values[out], exact, rtol, sum_rtol, atol, magnitudes.get(out))
+            layout = "as TF" if anchor.perm is None and anchor.shape is None else \
+                f"TF transposed {list(anchor.perm)}" if anchor.perm is not None else f"TF reshaped {list(anchor.shape)}"
+            op = _through_identities(tensor).op
+            nodes = [f"{graph.node[k].name} ({graph.node[k].op_type})" for k in cone]
+            checks.append(NodeCheck(out, anchor.tf_name, op.name, op.type, groups[i], nodes, where, layout, check))
+    notes = [magnitude_note] if magnitude_note else []
+    seconds["total"] = time.perf_counter() - start
+    report = NodeReport(checks, len(graph.node), len(set(groups)), len(left_out), notes,
+                        {k: round(v, 3) for k, v in seconds.items()})
+    if json_path is not None:
+        report.to_json(json_path)
+    if print_table:
+        print(report.table())
+    return report
+
+
+def _nodes_computing(graph, producer, groups, value, anchors) -> List[int]:
+    """The nodes that compute ``value`` in the per-node model: its producer and the nodes of its group upstream
+    of it, up to the anchors (which the per-node model reads from TF); in the graph's order."""
+    g = groups[producer[value]]
+    todo, seen = [producer[value]], set()
+    while todo:
+        i = todo.pop()
+        if i in seen:
+            continue
+        seen.add(i)
+        for name in graph.node[i].input:
+            j = producer.get(name)
+            if j is not None and j not in seen and groups[j] == g and name not in anchors:
+                todo.append(j)
+    return sorted(seen)
