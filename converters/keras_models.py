@@ -109,7 +109,8 @@ def load_keras_file(path, custom_objects=None):
         else:
             import tf_keras
 
-            model = tf_keras.models.load_model(path, custom_objects=custom_objects, compile=False)
+            with _tfmot_scope():
+                model = tf_keras.models.load_model(path, custom_objects=custom_objects, compile=False)
     except Exception as e:  # Keras raises TypeError, ValueError, KeyError... for one and the same cause
         message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         hint = ""
@@ -123,6 +124,18 @@ def load_keras_file(path, custom_objects=None):
             f"cannot load {path} with {describe_keras(flavour)}, the Keras that wrote it: {message}{hint}"
         ) from e
     return model, flavour
+
+
+def _tfmot_scope():
+    """tfmot's quantize_scope where tfmot is installed: a tf_keras file of a quantization-aware model (tfmot's
+    quantize_model) names tfmot's wrapper layers, which tf_keras loads only inside it. A no-op context elsewhere."""
+    import contextlib
+
+    try:
+        from tensorflow_model_optimization.quantization.keras import quantize_scope
+    except Exception:  # noqa: BLE001 - tfmot is optional; absent or broken, files without its layers still load
+        return contextlib.nullcontext()
+    return quantize_scope()
 
 
 def _reason(e: Exception) -> str:

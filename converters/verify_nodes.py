@@ -107,6 +107,10 @@ class NodeReport:
     def failures(self) -> List[NodeCheck]:
         return [c for c in self.checks if not c.ok]
 
+    def check_of(self, value: str) -> Optional[NodeCheck]:
+        """The check of one ONNX value (None: not an anchor the model computes)."""
+        return next((c for c in self.checks if c.value == value), None)
+
     @property
     def first_failure(self) -> Optional[NodeCheck]:
         failed = self.failures
@@ -399,6 +403,29 @@ def find_anchors(candidates: Dict[str, str], tf_values: dict, onnx_values: dict)
     return anchors, left_out
 
 
+_LAYOUT_OPS = ("Transpose", "Reshape", "Identity", "Squeeze", "Unsqueeze", "Flatten")
+
+
+def follow_layout_ops(model: onnx.ModelProto, anchors: Dict[str, Anchor], tf_values: dict, onnx_values: dict) -> int:
+    """Correct the anchors that tf2onnx's layout optimizer gave another tensor's name. Where it moves a Transpose
+    behind an op, the Transpose keeps its output's name: after Transpose(NCHW -> NHWC) -> AddN became AddN ->
+    Transpose, the value named after the Transpose's old output holds the AddN's result. A layout op's output
+    holds its input's tensor, so where the input is an anchor, the output is anchored to the same TF tensor (in
+    the layout its shape says). Returns how many anchors changed."""
+    changed = 0
+    for node in model.graph.node:
+        if node.op_type not in _LAYOUT_OPS or not node.output or node.output[0] not in anchors:
+            continue
+        source, out = anchors.get(node.input[0]), node.output[0]
+        if source is None or source.tf_name == anchors[out].tf_name:
+            continue
+        moved, _ = find_anchors({out: source.tf_name}, tf_values, onnx_values)
+        if out in moved:
+            anchors[out] = moved[out]
+            changed += 1
+    return changed
+
+
 # ------------------------------------------------------------------------------------------- groups
 
 
@@ -545,6 +572,7 @@ def verify_nodes(onnx_model, tf_fn, inputs=None, seed: int = 0, rtol: Optional[f
     onnx_values = run_onnx(_with_outputs(onnx_model, sorted(candidates)), inputs, threads, VERIFY_LOG_SEVERITY)
     seconds["onnx_end_to_end"] = time.perf_counter() - t0
     anchors, left_out = find_anchors(candidates, tf_values, onnx_values)
+    follow_layout_ops(onnx_model, anchors, tf_values, onnx_values)
     del onnx_values
 
     groups = group_nodes(graph, set(anchors), sources)

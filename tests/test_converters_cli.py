@@ -47,7 +47,7 @@ def test_cli_saved_model_verify(tmp_path):
     proc = _cli("--saved-model", tmp_path / "sm", "--output", out, "--verify")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "verification passed" in proc.stdout
-    for name in ("quantized", "features", "bit-exact", "max abs err"):
+    for name in ("quantized", "features", "bit-exact", "error", "bound"):
         assert name in proc.stdout
     model = onnx.load(str(out))
     assert model.ir_version == ort_ops.lowest_ir_version(model) == 8
