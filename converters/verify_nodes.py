@@ -291,6 +291,41 @@ def _candidates(graph, renames, onnx_values) -> Dict[str, str]:
     return by_onnx
 
 
+def _follow_inserted(model: onnx.ModelProto, by_onnx: Dict[str, str], graph) -> int:
+    """Move candidates past the nodes a handler inserted on its op's output. tf2onnx's handlers often write a TF op
+    as a node that keeps the op's output name followed by nodes inserted on that output (``insert_new_node_on_output``:
+    SquaredDifference as Sub named after it, then a Mul; a convolution as Conv, then a Transpose back): the
+    inserted node, named after the op (``NAME__N``), reads the named value and takes over its readers. The named
+    value then holds an intermediate (Sub's x - y), and the op's output is the last inserted node's. Returns how
+    many candidates moved."""
+    consumers = defaultdict(list)
+    for node in model.graph.node:
+        for name in node.input:
+            consumers[name].append(node)
+    outputs = {o.name for o in model.graph.output}
+    moved = 0
+    for value in list(by_onnx):
+        tf_name = by_onnx[value]
+        op_name = tf_name.rsplit(":", 1)[0]
+        current, seen = value, 0
+        while seen < 16:
+            # tf2onnx's clean-up may have merged the intermediate with an equal one of another op (Keras 3's batch
+            # norm computes x - mean twice), so the named value can have other readers too.
+            inserted = {id(n): n for n in consumers.get(current, []) if n.name.startswith(op_name + "__")}
+            if current in outputs or len(inserted) != 1:
+                break
+            (reader,) = inserted.values()
+            nxt = reader.output[0] if len(reader.output) == 1 else ""
+            if not nxt or nxt in by_onnx:
+                break
+            current, seen = nxt, seen + 1
+        if current != value:
+            del by_onnx[value]
+            by_onnx[current] = tf_name
+            moved += 1
+    return moved
+
+
 def _through_identities(tensor):
     """The tensor behind identity-like ops (a renamed model output is TF's Identity of the op's output)."""
     seen = 0
@@ -562,6 +597,7 @@ def verify_nodes(onnx_model, tf_fn, inputs=None, seed: int = 0, rtol: Optional[f
     node_values = {o for n in graph.node for o in n.output if o}
     sources = set(init_values) | {vi.name for vi in graph.input}
     candidates = _candidates(tf_graph, renames, node_values)
+    _follow_inserted(onnx_model, candidates, tf_graph)
     candidates.update(_domain_inputs(onnx_model, tf_graph, candidates, sources))
     candidates.update(_lost_names(onnx_model, tf_graph, candidates, sources))
     t0 = time.perf_counter()

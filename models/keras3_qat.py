@@ -53,6 +53,7 @@ ACTIVATION_INIT_MAX = 2.0
 LOGITS_INIT_RANGE = 2.0
 
 
+@keras.saving.register_keras_serializable(package="models.keras3_qat")
 class FakeQuantActivation(keras.layers.Layer):
     """y = fake_quant_with_min_max_vars(x, range_min, range_max): 8 bits, per tensor, trainable range."""
 
@@ -102,6 +103,7 @@ class _PerChannelKernelQuant:
         )
 
 
+@keras.saving.register_keras_serializable(package="models.keras3_qat")
 class QuantConv2D(_PerChannelKernelQuant, keras.layers.Layer):
     """Conv2D, 'same' padding, no bias (a batch norm follows), 4-bit per-output-channel kernel."""
 
@@ -122,6 +124,7 @@ class QuantConv2D(_PerChannelKernelQuant, keras.layers.Layer):
                 "strides": self.strides}
 
 
+@keras.saving.register_keras_serializable(package="models.keras3_qat")
 class QuantDepthwiseConv2D(_PerChannelKernelQuant, keras.layers.Layer):
     """DepthwiseConv2D (multiplier 1), 'same' padding, no bias, 4-bit kernel quantized per input channel."""
 
@@ -143,6 +146,7 @@ class QuantDepthwiseConv2D(_PerChannelKernelQuant, keras.layers.Layer):
         return {**super().get_config(), "kernel_size": self.kernel_size, "strides": self.strides}
 
 
+@keras.saving.register_keras_serializable(package="models.keras3_qat")
 class QuantDense(_PerChannelKernelQuant, keras.layers.Layer):
     """Dense with bias, 4-bit per-output-unit kernel."""
 
