@@ -308,3 +308,118 @@ def test_cli_verify_nodes_and_verify_model(step, tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     proc = _cli("--saved-model", tmp_path / "sm", "--verify-model", model_path, "--output", tmp_path / "x.onnx")
     assert proc.returncode == 2 and "leave out --output" in proc.stderr
+
+
+# ---------------------------------------------------------------- names tf2onnx moves
+
+
+def _keras3_bn_step():
+    """A Keras 3 step whose batch norm is plain ops (moments: SquaredDifference, which tf2onnx writes as a Sub that
+    keeps the TF name, then a Mul inserted on its output) with a residual Add (AddN in the gradient, across which
+    the layout optimizer moves Transposes)."""
+    import keras
+
+    from converters.keras_models import training_step_function
+
+    keras.utils.set_random_seed(3)
+    inputs = keras.Input((SIZE, SIZE, 3))
+    x = keras.layers.Conv2D(CHANNELS, 3, padding="same")(inputs)
+    y = keras.layers.ReLU()(keras.layers.BatchNormalization()(keras.layers.Conv2D(CHANNELS, 3, padding="same")(x)))
+    x = keras.layers.Add()([x, y])
+    outputs = keras.layers.Dense(CLASSES)(keras.layers.GlobalAveragePooling2D()(x))
+    model = keras.Model(inputs, outputs)
+    concrete, holder = training_step_function(model, "sparse_categorical_crossentropy", from_logits=True,
+                                              batch_size=BATCH)
+    return concrete, holder
+
+
+@pytest.mark.parametrize("lowering", converters.LOWERINGS)
+def test_keras3_batch_norm_and_residual_step_passes_per_node(lowering):
+    concrete, holder = _keras3_bn_step()
+    model = converters.from_concrete_function(concrete, lowering=lowering)
+    batch = _batch(5)
+    inputs = {model.graph.input[0].name: batch["images"], "labels": batch["labels"]}
+    report = verify_nodes(model, concrete, inputs=inputs, print_table=False)
+    assert report.ok, report.table()
+    squared = [c for c in report.checks if c.tf_type == "SquaredDifference"]
+    # The squared difference is judged at the Mul inserted after the Sub that kept its name.
+    assert squared and all(c.onnx_nodes[-1].endswith("(Mul)") for c in squared), report.table()
+    del holder
+
+
+def test_judged_error_and_bound_are_of_one_element():
+    """The table's error and bound explain the verdict: both of the element nearest (or furthest past) its bound,
+    not the largest error next to another element's bound."""
+    from converters.verification import judge_output
+
+    expected = np.array([1.0, 1e-3], np.float32)
+    wrong = np.array([1.0 + 4e-6, 1e-3 + 1e-6], np.float32)
+    check = judge_output("x", expected, wrong)
+    assert not check.ok
+    assert check.error == pytest.approx(abs(float(wrong[1]) - float(expected[1])), rel=1e-6)
+    assert check.bound == pytest.approx(1e-5 * float(expected[1]), rel=1e-3)
+    assert check.max_abs_err > check.error  # the largest error sits at the other, well-inside element
+    right = np.array([1.0 + 4e-6, 1e-3], np.float32)
+    check = judge_output("x", expected, right)
+    assert check.ok and check.error <= check.bound and check.error == pytest.approx(check.max_abs_err)
+
+
+def test_cli_tfmot_training_step_from_a_keras_file(tmp_path):
+    """A tfmot quantize_model .h5 (tf_keras) loads without the user's quantize_scope and its step passes per node."""
+    import tf_keras
+    import tensorflow_model_optimization as tfmot
+
+    tf_keras.utils.set_random_seed(0)
+    layers = tf_keras.layers
+    inputs = tf_keras.Input((8, 8, 3))
+    x = layers.ReLU()(layers.BatchNormalization()(layers.Conv2D(8, 3, padding="same", use_bias=False)(inputs)))
+    y = layers.BatchNormalization()(layers.Conv2D(8, 3, padding="same", use_bias=False)(x))
+    x = layers.ReLU()(layers.Add()([x, y]))
+    x = layers.ReLU(6.0)(layers.DepthwiseConv2D(3, padding="same")(x))
+    model = tfmot.quantization.keras.quantize_model(
+        tf_keras.Model(inputs, layers.Dense(CLASSES)(layers.GlobalAveragePooling2D()(x))))
+    path = tmp_path / "qat.h5"
+    model.save(str(path))
+    proc = _cli("--keras", path, "--train-step", "--loss", "sparse_categorical_crossentropy", "--from-logits",
+                "--optimizer", "sgd", "--learning-rate", "0.01", "--output", tmp_path / "step.onnx", "--verify-nodes",
+                "--no-tf-spread")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "per-node verification passed" in proc.stdout
+    assert "FakeQuantWithMinMaxVarsGradient" in proc.stdout
+
+
+def test_a_transpose_that_kept_another_tensors_name_is_re_anchored():
+    """tf2onnx's layout optimizer moves a Transpose behind an op and the Transpose keeps its old output's name;
+    its output holds its input's tensor (converters.verify_nodes.follow_layout_ops)."""
+    from onnx import helper
+
+    from converters.verify_nodes import Anchor, follow_layout_ops
+
+    rng = np.random.default_rng(0)
+    total = rng.standard_normal((2, 3, 3, 4)).astype(np.float32)  # TF's AddN:0, NHWC
+    summand = rng.standard_normal((2, 3, 3, 4)).astype(np.float32)  # TF's Conv2DBackpropInput:0, NHWC
+    graph = helper.make_graph([helper.make_node("Transpose", ["addn"], ["backprop"], perm=[0, 2, 3, 1])], "g",
+                              [helper.make_tensor_value_info("addn", onnx.TensorProto.FLOAT, [2, 4, 3, 3])],
+                              [helper.make_tensor_value_info("backprop", onnx.TensorProto.FLOAT, [2, 3, 3, 4])])
+    model = helper.make_model(graph)
+    anchors = {"addn": Anchor("addn", "AddN:0", (0, 3, 1, 2)), "backprop": Anchor("backprop", "Backprop:0")}
+    tf_values = {"AddN:0": total, "Backprop:0": summand}
+    onnx_values = {"addn": total.transpose(0, 3, 1, 2), "backprop": total}
+    assert follow_layout_ops(model, anchors, tf_values, onnx_values) == 1
+    assert anchors["backprop"].tf_name == "AddN:0" and anchors["backprop"].perm is None
+
+
+def test_shipped_float_mobilenet_step_passes_per_node():
+    """The committed MobileNetV2 float training step, per node (where the layout optimizer's renamed Transposes
+    and Keras' residual AddN gradients meet)."""
+    from converters.frontends import load_signature
+
+    loaded, fn = load_signature(str(ROOT / "models" / "mobilenet_v2_float" / "saved_model"), "train_step")
+    model = onnx.load(str(ROOT / "models" / "mobilenet_v2_float_train_step" / "model.custom.onnx"))
+    rng = np.random.default_rng(0)
+    inputs = {"images": rng.standard_normal((8, 96, 96, 3)).astype(np.float32),
+              "labels": rng.integers(0, 10, 8).astype(np.int32)}
+    report = verify_nodes(model, fn, inputs=inputs, print_table=False)
+    assert report.ok, report.table()
+    assert len(report.checks) > 700 and report.by_type()["Relu6Grad"]["bit_exact"] > 0
+    del loaded
