@@ -7,7 +7,8 @@ FusedBatchNorm*, DepthwiseConv2dNative*, 19 ops) is converted here, in one of tw
   run by the custom-op library (``ort_ops.library_path()``);
 - ``lowering="standard"``: standard ONNX operators only (converters.standard), where exact.
 
-Every model carries the lowest IR version its opsets need (``ort_ops.lowest_ir_version``); conversion fails with
+Verification: ``verify`` (end to end, every output) and ``verify_nodes`` (every converted op on TF's own input
+values), docs/verification.md. Every model carries the lowest IR version its opsets need (``ort_ops.lowest_ir_version``); conversion fails with
 ``UnconvertedOpsError`` rather than leaving a TF op behind.
 """
 from converters.errors import ConversionError, LoweringError, UnconvertedOpsError
@@ -20,6 +21,7 @@ from converters.frontends import (
     from_saved_model,
 )
 from converters.pipeline import DEFAULT_OPSET, LOWERINGS, convert_frozen_graph
+from converters.node_verification import NodeReport, verify_nodes
 from converters.verification import (
     OutputCheck,
     VerifyReport,
@@ -42,10 +44,12 @@ __all__ = [
     "from_keras",
     "from_keras_train_step",
     "from_saved_model",
+    "NodeReport",
     "OutputCheck",
     "VerifyReport",
     "verify",
     "verify_graph_def",
     "verify_keras",
+    "verify_nodes",
     "verify_saved_model",
 ]

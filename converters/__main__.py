@@ -21,7 +21,7 @@ gradients and convolutions, converters.verification), TF's own spread (max |Eige
 kernels in a child process; --no-tf-spread skips it) and the verdict. --verify-json FILE writes the same report
 as JSON.
 
---verify-nodes judges every converted op on TF's own input values (converters.verify_nodes): TF runs the frozen
+--verify-nodes judges every converted op on TF's own input values (converters.node_verification): TF runs the frozen
 function once, every tensor the ONNX graph also holds is fetched, and ONNX Runtime runs each node (each group of
 nodes a TF op became) on TF's values of its inputs; bits for quantization and integer values (a quantized
 gradient included), rtol and the sum bound for the others. Errors do not accumulate from node to node, so the
@@ -230,7 +230,7 @@ def _per_node_source(args, keras_model, keep_alive):
     from converters.frontends import keras_concrete_function, load_signature
 
     if args.graphdef:
-        from converters.verify_nodes import freeze_graph_def
+        from converters.node_verification import freeze_graph_def
 
         return None, freeze_graph_def(args.graphdef, _split(args.inputs), _split(args.outputs)), None
     if args.saved_model or keras_model is None:  # a SavedModel, or a SavedModel directory given as --keras
@@ -311,7 +311,7 @@ def main(argv=None) -> int:
         frozen = None
         if args.verify_nodes:
             # Frozen before the end-to-end run: a training step assigns its variables.
-            from converters.verify_nodes import freeze_like_converter
+            from converters.node_verification import freeze_like_converter
 
             nodes_fn, frozen, nodes_alive = _per_node_source(args, keras_model, keep_alive)
             if frozen is None:
@@ -323,7 +323,7 @@ def main(argv=None) -> int:
         if args.verify:
             reports["end_to_end"] = _verify_end_to_end(args, converters, model, keras_model, options)
         if args.verify_nodes:
-            from converters.verify_nodes import verify_nodes
+            from converters.node_verification import verify_nodes
 
             if args.verify:
                 print()

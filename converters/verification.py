@@ -12,7 +12,7 @@ How each output is judged:
 * bit for bit: outputs of quantization ops (FakeQuant*, QuantizeAndDequantize*, recorded by the converter
   or traced in the TF graph) whose whole cone of inputs is exact (converters.exact_outputs: a quantizer fed by
   a convolution, or a quantized gradient fed by a backprop, inherits the sum's order and is judged as a float
-  or a sum; per-node verification, converters.verify_nodes, holds it to bits on TF's inputs), and integer and
+  or a sum; per-node verification, converters.node_verification, holds it to bits on TF's inputs), and integer and
   boolean outputs. NaN matches any NaN; +0 and -0 differ.
 * a float output: ``|ort - tf| <= rtol*|tf|``, rtol a few ulps of the element type (DEFAULT_RTOL: float32
   1e-5, float64 1e-12, float16 1e-3, bfloat16 1e-2).

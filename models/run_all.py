@@ -49,7 +49,7 @@ Tolerances (the column "tolerance" shows the one applied to each output):
     by a grid step, the training-mode batch norms spread each such move over a whole channel, and after 52
     layers the gradients of the two runs are uncorrelated (normwise error ~1, printed in the table). This is
     a property of the graph (any two implementations that sum in different orders diverge so), not of a
-    handler. So each of these outputs is judged by per-node verification (converters.verify_nodes): the op
+    handler. So each of these outputs is judged by per-node verification (converters.node_verification): the op
     that computes it runs on TF's own values of its inputs and must match TF's output by the verifier's rules
     (bit for bit for a quantized gradient's mask and every quantizer; the sum bound for gradients). Every
     example also gets the per-node check of every node ("per node" lines): a model passes only if it passes.
@@ -359,7 +359,7 @@ class LoweringResult:
     onnx_path: Optional[Path] = None
     node_summary: str = ""
     error: str = ""
-    per_node: object = None  # converters.verify_nodes.NodeReport
+    per_node: object = None  # converters.node_verification.NodeReport
 
     @property
     def ok(self) -> bool:
@@ -487,7 +487,7 @@ def check_lowering(example: ExampleModel, lowering: str, tf_run: TensorFlowRun, 
         else:
             output = compare_update(example, name, tf_run.variables_before[name], expected[name], actual[name])
         if output.tolerance.startswith("judged per node"):
-            # The op that computes it, on TF's own inputs (converters.verify_nodes).
+            # The op that computes it, on TF's own inputs (converters.node_verification).
             check = None if result.per_node is None else result.per_node.check_of(name)
             output.tolerance = "per node: " + ("not checked" if check is None else
                                                "bit-exact" if check.check.exact else check.check.kind)
@@ -497,10 +497,10 @@ def check_lowering(example: ExampleModel, lowering: str, tf_run: TensorFlowRun, 
 
 
 def verify_per_node(example: ExampleModel, onnx_model, inputs: dict):
-    """Every converted op of the model judged on TF's own input values (converters.verify_nodes), from a fresh
+    """Every converted op of the model judged on TF's own input values (converters.node_verification), from a fresh
     load of the SavedModel (a training step assigns its variables)."""
     from converters.frontends import load_signature
-    from converters.verify_nodes import verify_nodes
+    from converters.node_verification import verify_nodes
 
     loaded, fn = load_signature(str(example.saved_model), example.signature)
     try:

@@ -1,4 +1,4 @@
-"""Per-node verification tells the truth (converters.verify_nodes): every converted op is judged on TF's own
+"""Per-node verification tells the truth (converters.node_verification): every converted op is judged on TF's own
 input values, a quantized gradient is held to TF's bits, and a fault in one node is found and named first.
 
 The model is a quantization-aware training step with every kind of node the issue names: a weight quantizer
@@ -27,7 +27,7 @@ import tensorflow as tf
 from onnx import numpy_helper
 
 import converters
-from converters.verify_nodes import verify_nodes
+from converters.node_verification import verify_nodes
 from ort_ops.schemas import DOMAIN
 
 pytestmark = pytest.mark.tensorflow
@@ -93,7 +93,7 @@ def _verify(model, step, seed=0):
 
 def _op(model_step, op_type):
     """The name of the one TF op of this type in the step's frozen graph."""
-    from converters.verify_nodes import freeze_like_converter
+    from converters.node_verification import freeze_like_converter
 
     frozen, _ = freeze_like_converter(model_step.__call__.get_concrete_function(), onnx.ModelProto())
     names = [n.name for n in frozen.graph_def.node if n.op == op_type]
@@ -209,7 +209,7 @@ def _in_model(model, tf_op):
 
 
 def _all_ops(step, op_type):
-    from converters.verify_nodes import freeze_like_converter
+    from converters.node_verification import freeze_like_converter
 
     frozen, _ = freeze_like_converter(step.__call__.get_concrete_function(), onnx.ModelProto())
     return [n.name for n in frozen.graph_def.node if n.op == op_type]
@@ -218,7 +218,7 @@ def _all_ops(step, op_type):
 def _swap_data_inputs(model, step, tf_op):
     """Swap the ONNX values that hold the op's input and out_backprop (equal shapes here) where the op's nodes read
     them: which values those are, the per-node report of the unmutated model says."""
-    from converters.verify_nodes import freeze_like_converter
+    from converters.node_verification import freeze_like_converter
 
     frozen, _ = freeze_like_converter(step.__call__.get_concrete_function(), onnx.ModelProto())
     tf_node = next(n for n in frozen.graph_def.node if n.name == tf_op)
@@ -390,10 +390,10 @@ def test_cli_tfmot_training_step_from_a_keras_file(tmp_path):
 
 def test_a_transpose_that_kept_another_tensors_name_is_re_anchored():
     """tf2onnx's layout optimizer moves a Transpose behind an op and the Transpose keeps its old output's name;
-    its output holds its input's tensor (converters.verify_nodes.follow_layout_ops)."""
+    its output holds its input's tensor (converters.node_verification.follow_layout_ops)."""
     from onnx import helper
 
-    from converters.verify_nodes import Anchor, follow_layout_ops
+    from converters.node_verification import Anchor, follow_layout_ops
 
     rng = np.random.default_rng(0)
     total = rng.standard_normal((2, 3, 3, 4)).astype(np.float32)  # TF's AddN:0, NHWC
@@ -423,3 +423,19 @@ def test_shipped_float_mobilenet_step_passes_per_node():
     assert report.ok, report.table()
     assert len(report.checks) > 700 and report.by_type()["Relu6Grad"]["bit_exact"] > 0
     del loaded
+
+
+def test_api_on_a_keras_model_in_inference():
+    """converters.verify_nodes on a Keras model: its inference function as from_keras traced it."""
+    import tf_keras
+
+    tf_keras.utils.set_random_seed(1)
+    layers = tf_keras.layers
+    inputs = tf_keras.Input((SIZE, SIZE, 3))
+    x = layers.BatchNormalization()(layers.Conv2D(CHANNELS, 3, padding="same")(inputs))
+    x = layers.ReLU(6.0)(layers.DepthwiseConv2D(3, padding="same")(x))
+    model = tf_keras.Model(inputs, layers.Dense(CLASSES)(layers.GlobalAveragePooling2D()(x)))
+    for lowering in converters.LOWERINGS:
+        onnx_model = converters.from_keras(model, lowering=lowering)
+        report = converters.verify_nodes(onnx_model, model, inputs=[_batch()["images"]], print_table=False)
+        assert report.ok and report.by_type()["DepthwiseConv2dNative"]["checked"] == 1, report.table()

@@ -262,7 +262,11 @@ def _tf_run(graph, frozen, renames, inputs: dict, initializers: dict, fetch: Lis
         if value is None:
             raise ValueError(f"no value for the TF input {tf_name} (ONNX input {name!r})")
         feeds[graph.get_tensor_by_name(tf_name)] = value
-    with tf.compat.v1.Session(graph=graph) as sess:
+    # Grappler off: TF runs the frozen graph's own ops with their own kernels, the ones that were converted (its
+    # rewrites would fuse or fold some of them away, and their outputs with them).
+    config = tf.compat.v1.ConfigProto()
+    config.graph_options.rewrite_options.disable_meta_optimizer = True
+    with tf.compat.v1.Session(graph=graph, config=config) as sess:
         values = sess.run([graph.get_tensor_by_name(n) for n in fetch], feeds)
     return dict(zip(fetch, (np.asarray(v) for v in values)))
 
@@ -281,7 +285,7 @@ def _candidates(graph, renames, onnx_values) -> Dict[str, str]:
     for op in graph.get_operations():
         placeholders = ()
         if op.type in ort_ops.OP_NAMES:
-            placeholders = ort_ops.get_spec(op.type).placeholder_outputs()
+            placeholders = ort_ops.get_spec(op.type).placeholder_outputs() + _unwritten_outputs(op)
         for t in op.outputs:
             if t.dtype in (tf.resource, tf.variant) or t.value_index in placeholders:
                 continue
@@ -394,6 +398,18 @@ def _lost_names(model: onnx.ModelProto, graph, by_onnx: Dict[str, str], sources:
             if value not in by_onnx and value not in sources:
                 more[value] = op.outputs[0].name
     return more
+
+
+def _unwritten_outputs(op) -> tuple:
+    """Outputs TF's Eigen kernel leaves unwritten (its memory, not a value): an inference-mode batch norm's
+    reserve_space_1/2 (docs/semantics.md 3.7; the project's kernels write the given mean and variance there)."""
+    if op.type.startswith("FusedBatchNorm") and "Grad" not in op.type:
+        try:
+            if not op.get_attr("is_training"):
+                return (3, 4)
+        except ValueError:
+            pass
+    return ()
 
 
 def _layouts(tf_value: np.ndarray, onnx_shape: tuple):
@@ -562,8 +578,8 @@ def verify_nodes(onnx_model, tf_fn, inputs=None, seed: int = 0, rtol: Optional[f
                  print_table: bool = True, json_path=None, frozen=None) -> NodeReport:
     """Judge every converted op of ``onnx_model`` on TF's own input values (see the module docstring).
 
-    ``tf_fn``: the function the model was converted from (a tf.function, ConcreteFunction, Keras model or
-    SavedModel signature), at the inputs given (``inputs``: by ONNX input name, or None for the verifier's
+    ``tf_fn``: the function the model was converted from (a tf.function, ConcreteFunction, SavedModel signature,
+    or a Keras model converted by from_keras with its batch left free), at the inputs given (``inputs``: by ONNX input name, or None for the verifier's
     seeded random inputs). ``frozen``: (FrozenFunction, renames) from :func:`freeze_like_converter`, when the
     caller froze it already (it must be frozen before a training step runs: the step assigns variables).
     ``rtol``, ``sum_rtol``, ``atol``: as converters.verification.verify. Prints the report's table unless
@@ -587,7 +603,15 @@ def verify_nodes(onnx_model, tf_fn, inputs=None, seed: int = 0, rtol: Optional[f
         inputs = dict(zip(graph_inputs, inputs))
     inputs = {name: np.asarray(inputs[name]) for name in graph_inputs}
     if frozen is None:
-        frozen = freeze_like_converter(concrete_function(tf_fn, inputs), onnx_model)
+        if hasattr(tf_fn, "layers") and hasattr(tf_fn, "inputs"):
+            # A Keras model: its inference function as from_keras traced it (batch left free), not one traced at
+            # these inputs' shapes (grappler folds a graph with fixed shapes differently, and names change).
+            from converters.frontends import keras_concrete_function
+
+            concrete = keras_concrete_function(tf_fn)
+        else:
+            concrete = concrete_function(tf_fn, inputs)
+        frozen = freeze_like_converter(concrete, onnx_model)
     frozen_fn, renames = frozen
     tf_graph = tf.Graph()
     with tf_graph.as_default():
