@@ -499,7 +499,7 @@ def _magnitudes(onnx_model, names, inputs, threads):
     return {name: values[mag] for name, mag in comp.outputs.items()}, ""
 
 
-def _magnitudes_with(model, names, feeds, threads, additions=False):
+def run_with_magnitudes(model, names, feeds, threads, additions=False):
     """Run ``model`` on ``feeds`` with the magnitudes of the ``names`` outputs that have a sum upstream (or an
     addition, with ``additions``; converters.verify_magnitude.companion): (its outputs by name, {output:
     Σ|terms|}, a note when the magnitudes could not be computed)."""

@@ -439,3 +439,25 @@ def test_api_on_a_keras_model_in_inference():
         onnx_model = converters.from_keras(model, lowering=lowering)
         report = converters.verify_nodes(onnx_model, model, inputs=[_batch()["images"]], print_table=False)
         assert report.ok and report.by_type()["DepthwiseConv2dNative"]["checked"] == 1, report.table()
+
+
+def test_a_quantizer_after_a_fused_convolution_may_flip_only_at_a_tie():
+    """A group that computes a quantizer's input (a convolution with a folded batch norm before it) may round a
+    value at a tie of TF's grid the other way: one grid step there, and nowhere else."""
+    from converters.node_verification import judge_quantizer
+
+    step = np.float32(4.0 / 255)
+    expected = (np.arange(8, dtype=np.float32) * step).astype(np.float32)
+    ties = np.zeros(8, bool)
+    ties[3] = True
+    steps = np.full(8, step, np.float64)
+    flipped = expected.copy()
+    flipped[3] = np.float32(4 * step)
+    assert judge_quantizer("q", expected, flipped, ties, steps).ok
+    away = expected.copy()
+    away[5] = np.float32(6 * step)  # one step, but TF's input was not at a tie
+    check = judge_quantizer("q", expected, away, ties, steps)
+    assert not check.ok and check.n_outside == 1
+    two = expected.copy()
+    two[3] = np.float32(5 * step)  # at the tie, but two steps
+    assert not judge_quantizer("q", expected, two, ties, steps).ok
