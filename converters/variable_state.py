@@ -35,6 +35,7 @@ from converters.errors import ConversionError
 logger = logging.getLogger(__name__)
 
 VARIABLE_UPDATE_MODES = ("warn", "outputs")
+WARN_NAMES = 3  # variables the "left out" warning names
 ASSIGN_OPS = ("AssignVariableOp", "AssignSubVariableOp", "AssignAddVariableOp")
 # How each assignment computes the new value from the old one (None: the assigned value itself).
 _UPDATE_OP = {"AssignVariableOp": None, "AssignSubVariableOp": "Sub", "AssignAddVariableOp": "AddV2"}
@@ -245,11 +246,15 @@ def freeze(concrete_func, input_names, output_names, variable_updates="warn", tr
             outputs.append(update.new_value)
             renames[update.new_value] = update.variable
     elif updates:
+        # One sentence (a deep network's step assigns hundreds of variables); the whole list at debug level.
+        shown = ", ".join(u.variable for u in updates[:WARN_NAMES])
+        more = f" and {len(updates) - WARN_NAMES} more" if len(updates) > WARN_NAMES else ""
         logger.warning(
-            "%d variable update(s) left out of the converted model (ONNX has no state; pass "
-            "variable_updates='outputs' / --variable-update-outputs to get each new value as an output): %s",
-            len(updates), "; ".join(u.describe() for u in updates),
+            "%d variable update(s) left out of the converted model (%s%s): ONNX has no state; pass "
+            "variable_updates='outputs' / --variable-update-outputs to get each new value as an output",
+            len(updates), shown, more,
         )
+        logger.debug("variable updates left out: %s", "; ".join(u.describe() for u in updates))
     stand_ins = [u.new_value for u, *_ in pending]
     feeds = inputs + stand_ins + [f"{name}:0" for name in hidden]
     fetches = outputs + [assigned for _, _, assigned, *_ in pending if assigned not in outputs]
