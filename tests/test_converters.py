@@ -200,13 +200,18 @@ def test_single_op_matches_tf(op, lowering):
     else:
         assert not _domain_nodes(model) and DOMAIN not in imports
     report = converters.verify(model, fn, inputs=inputs, print_table=False)
-    quantization = op.startswith(("FakeQuant", "QuantizeAndDequantize")) or ort_ops.get_spec(op).family == "fused"
+    quantization = op.startswith(("FakeQuant", "QuantizeAndDequantize"))
     # Element-wise quantization outputs are held bit-exact; the spec's summed outputs (the min/max
     # gradients of the Vars ops) to the float tolerance (their summation order is not fixed by TF).
+    # The fused batch norm + clip + quantizer is not exact by construction (its cone holds a batch norm, whose
+    # rsqrt TF estimates on whole AVX packets, docs/semantics.md 3.5): judged as a float, and this case's 4
+    # channels (a packet's scalar tail) must still give TF's bits.
     summed = ort_ops.get_spec(op).summed_outputs()
     expected_exact = [quantization and i not in summed for i in range(len(report.outputs))]
     assert [c.exact for c in report.outputs] == expected_exact, report.table()
     assert report.ok, report.table()
+    if ort_ops.get_spec(op).family == "fused":
+        assert all(c.n_differing == 0 for c in report.outputs), report.table()
 
 
 def test_custom_node_carries_tf_attributes_by_tf_name():
