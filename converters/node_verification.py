@@ -20,7 +20,13 @@ judged alone:
    bit for bit where the value is integer or boolean, or where every TF op between the group's inputs and it
    is exact by construction (converters.exact_outputs: a quantizer, a quantized gradient's mask, data movement;
    so a quantized gradient *is* held to TF's bits here); otherwise ``rtol*|tf|``, plus ``sum_rtol*Σ|terms|``
-   for a sum, its terms' magnitude computed by converters.verify_magnitude on the group's own inputs.
+   for a sum, its terms' magnitude computed by converters.verify_magnitude on the group's own inputs. A forward
+   quantizer whose input its group computes (a folded batch norm, a dropped ReLU6) is held to bits except for
+   one grid step where TF's input lies at a rounding tie (judge_quantizer).
+
+Where tf2onnx moved a name off the value it names (a handler's inserted nodes, the layout optimizer's moved
+Transposes, renamed inputs and outputs), _follow_inserted, follow_layout_ops, _domain_inputs and _lost_names put
+it back; docs/verification.md walks through each step and states the limits.
 
 Errors do not accumulate from node to node, so the verdict depends neither on chaos downstream nor on TF's
 spread (which is not measured here). The report counts, per TF op type, the values checked, those held bit for
