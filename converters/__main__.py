@@ -362,7 +362,7 @@ def _verify_end_to_end(args, converters, model, keras_model, options):
 
 def _write_json(path, reports):
     """The end-to-end report's JSON (with the per-node report under "per_node"), or the per-node report's alone."""
-    import json
+    from converters.verification import report_json
 
     if "end_to_end" in reports:
         data = reports["end_to_end"].to_dict()
@@ -370,8 +370,7 @@ def _write_json(path, reports):
             data["per_node"] = reports["per_node"].to_dict()
     else:
         data = reports["per_node"].to_dict()
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(json.dumps(data, indent=2, default=float) + "\n")
+    report_json(data, path)
 
 
 if __name__ == "__main__":

@@ -81,16 +81,18 @@ def exact_cone(tensor, stop=frozenset(), limit: int = 100_000) -> bool:
     return True
 
 
+def through_identities(tensor):
+    """The tensor behind identity-like ops (a renamed model output is TF's Identity of the op's output)."""
+    seen = 0
+    while tensor.op.type in _PASS_THROUGH and tensor.op.inputs and seen < 64:
+        tensor = tensor.op.inputs[tensor.value_index if tensor.op.type == "IdentityN" else 0]
+        seen += 1
+    return tensor
+
+
 def producer_type(tensor) -> str:
     """The op type behind a TF graph tensor, looking through identity-like ops."""
-    op = tensor.op
-    seen = 0
-    while op.type in _PASS_THROUGH and op.inputs and seen < 64:
-        index = tensor.value_index if op.type == "IdentityN" else 0
-        tensor = op.inputs[index]
-        op = tensor.op
-        seen += 1
-    return op.type
+    return through_identities(tensor).op.type
 
 
 EXACT_OUTPUTS_KEY = "converters.bit_exact_outputs"

@@ -37,7 +37,6 @@ came from.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import time
 from collections import defaultdict
@@ -47,10 +46,11 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from converters.exact_outputs import through_identities
+
 logger = logging.getLogger(__name__)
 
 TF_PREFIX = "tf_value::"  # graph inputs of the per-node model: TF's value of an anchor
-_PASS_THROUGH = {"Identity", "IdentityN", "StopGradient", "Snapshot", "PreventGradient"}
 _LAYOUTS = {3: [(0, 2, 1)], 4: [(0, 3, 1, 2), (0, 2, 3, 1)], 5: [(0, 4, 1, 2, 3), (0, 2, 3, 4, 1)]}
 
 
@@ -197,20 +197,12 @@ class NodeReport:
                 "checks": [c.to_dict() for c in self.checks]}
 
     def to_json(self, path=None) -> str:
-        text = json.dumps(self.to_dict(), indent=2, default=_json_default)
-        if path is not None:
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(text + "\n")
-        return text
+        from converters.verification import report_json
+
+        return report_json(self.to_dict(), path)
 
     def __str__(self) -> str:
         return self.table()
-
-
-def _json_default(x):
-    if isinstance(x, (np.floating, np.integer)):
-        return x.item()
-    raise TypeError(type(x).__name__)
 
 
 def _short(x: float) -> str:
@@ -343,15 +335,6 @@ def _follow_inserted(model: onnx.ModelProto, by_onnx: Dict[str, str]) -> int:
     return moved
 
 
-def _through_identities(tensor):
-    """The tensor behind identity-like ops (a renamed model output is TF's Identity of the op's output)."""
-    seen = 0
-    while tensor.op.type in _PASS_THROUGH and tensor.op.inputs and seen < 64:
-        tensor = tensor.op.inputs[tensor.value_index if tensor.op.type == "IdentityN" else 0]
-        seen += 1
-    return tensor
-
-
 def _domain_inputs(model: onnx.ModelProto, graph, by_onnx: Dict[str, str], sources: set) -> Dict[str, str]:
     """More candidates: the inputs of the domain's nodes that a layout op computes. A node of the domain is its TF
     op, input for input (converters.lowering_custom), so an input the layout optimizer renamed (a Transpose moved
@@ -366,7 +349,7 @@ def _domain_inputs(model: onnx.ModelProto, graph, by_onnx: Dict[str, str], sourc
         op = None
         for out in node.output:
             if out in by_onnx:
-                tensor = _through_identities(graph.get_tensor_by_name(by_onnx[out]))
+                tensor = through_identities(graph.get_tensor_by_name(by_onnx[out]))
                 if tensor.op.type == node.op_type:
                     op = tensor.op
                     break
@@ -592,9 +575,9 @@ def quantizer_inputs(graph) -> List[str]:
     return [t.name for op in graph.get_operations() if op.type in FAKE_QUANT_FORWARD for t in op.inputs]
 
 
-def near_ties(op, tf_values: dict) -> Optional[np.ndarray]:
-    """Where TF's input to the quantizer ``op`` lies within FLIP_RTOL * max|input| of a rounding tie of its nudged
-    grid (TF layout); None when its input values are not at hand."""
+def near_ties(op, tf_values: dict):
+    """(where TF's input to the quantizer ``op`` lies within FLIP_RTOL * max|input| of a rounding tie of its nudged
+    grid, the grid step; both in TF layout), or None when its input values are not at hand."""
     from ort_ops.reference._fake_quant import nudge, quant_bounds
 
     values = [tf_values.get(t.name) for t in op.inputs]
@@ -613,7 +596,7 @@ def near_ties(op, tf_values: dict) -> Optional[np.ndarray]:
         distance = np.abs(position - np.floor(position) - 0.5) * scale
     finite = np.isfinite(x)
     largest = float(np.abs(x[finite]).max(initial=0.0))
-    return finite & (distance <= FLIP_RTOL * largest)
+    return finite & (distance <= FLIP_RTOL * largest), np.broadcast_to(scale, x.shape)
 
 
 def judge_quantizer(name, expected, actual, ties: np.ndarray, scale_of_step: np.ndarray):
@@ -640,17 +623,6 @@ def judge_quantizer(name, expected, actual, ties: np.ndarray, scale_of_step: np.
         check.verdict = f"FAIL: {check.n_outside} of {check.size} differ in bits away from a rounding tie"
     check.kind = "bits, flips at ties"
     return check
-
-
-def _step_sizes(op, tf_values: dict) -> np.ndarray:
-    from ort_ops.reference._fake_quant import nudge, quant_bounds
-
-    if op.type == "FakeQuantWithMinMaxArgs":
-        mn, mx = op.get_attr("min"), op.get_attr("max")
-    else:
-        mn, mx = tf_values[op.inputs[1].name], tf_values[op.inputs[2].name]
-    quant_min, quant_max = quant_bounds(op.get_attr("num_bits"), op.get_attr("narrow_range"))
-    return np.asarray(nudge(mn, mx, quant_min, quant_max)[2], np.float64)
 
 
 # ------------------------------------------------------------------------------------------- the check
@@ -763,19 +735,19 @@ def verify_nodes(onnx_model, tf_fn, inputs=None, seed: int = 0, rtol: Optional[f
             tensor = tf_graph.get_tensor_by_name(anchor.tf_name)
             expected = anchor.to_onnx_layout(tf_values[anchor.tf_name])
             exact = exact_cone(tensor, frozenset(stops))
-            source = _through_identities(tensor)
-            ties = None
+            source = through_identities(tensor)
+            grid = None
             if not exact and source.op.type in FAKE_QUANT_FORWARD and expected.dtype.kind == "f":
-                ties = near_ties(source.op, tf_values)
-            if ties is not None and ties.shape == tf_values[anchor.tf_name].shape:
-                steps = np.broadcast_to(_step_sizes(source.op, tf_values), ties.shape)
+                grid = near_ties(source.op, tf_values)
+            if grid is not None and grid[0].shape == tf_values[anchor.tf_name].shape:
+                ties, steps = grid
                 check = judge_quantizer(out, expected, values[out], anchor.to_onnx_layout(ties),
                                         anchor.to_onnx_layout(np.ascontiguousarray(steps)))
             else:
                 check = judge_output(out, expected, values[out], exact, rtol, sum_rtol, atol, magnitudes.get(out))
             layout = "as TF" if anchor.perm is None and anchor.shape is None else \
                 f"TF transposed {list(anchor.perm)}" if anchor.perm is not None else f"TF reshaped {list(anchor.shape)}"
-            op = _through_identities(tensor).op
+            op = through_identities(tensor).op
             nodes = [f"{graph.node[k].name} ({graph.node[k].op_type})" for k in cone]
             checks.append(NodeCheck(out, anchor.tf_name, op.name, op.type, groups[i], nodes, where, layout, check))
     notes = [magnitude_note] if magnitude_note else []

@@ -209,14 +209,25 @@ class VerifyReport:
 
     def to_json(self, path=None) -> str:
         """The report as JSON (one entry per output, in the model's output order); written to ``path`` if given."""
-        text = json.dumps(self.to_dict(), indent=2)
-        if path is not None:
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(text + "\n")
-        return text
+        return report_json(self.to_dict(), path)
 
     def __str__(self) -> str:
         return self.table()
+
+
+def report_json(data: dict, path=None) -> str:
+    """A verification report's dict as JSON text (NumPy scalars as numbers), also written to ``path`` if given."""
+    text = json.dumps(data, indent=2, default=_json_number)
+    if path is not None:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+    return text
+
+
+def _json_number(x):
+    if isinstance(x, (np.floating, np.integer)):
+        return x.item()
+    raise TypeError(type(x).__name__)
 
 
 def same_bits(a, b, nan_payloads: bool = False) -> np.ndarray:
