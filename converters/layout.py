@@ -98,6 +98,16 @@ def _layout_optimizer_class():
             for op, handler in domain.items():
                 self._handler_map[op] = (lambda h: lambda trans, node: node.domain == DOMAIN and h(trans, node))(handler)
 
+        def _add_handler(self, trans, node):
+            """tf2onnx's, except for a 0-d constant addend (hard-swish's ``x + 3`` after a convolution, in
+            MobileNetV3): tf2onnx's merge of Conv and Add into a bias takes ``max()`` of the addend's shape and
+            raises on an empty one. A scalar broadcasts in any layout, so the Transpose moves past the Add as
+            past any element-wise op, and TF's two roundings (the sum, then the addition) stay two."""
+            addend = node.inputs[1] if len(node.inputs) > 1 else None
+            if addend is not None and addend.is_const() and addend.get_tensor_value(as_list=False).ndim == 0:
+                return self._handle_node_having_branches(trans, node)
+            return super()._add_handler(trans, node)
+
         def _optimize_at_current_graph_level(self, graph):
             """tf2onnx's loop, without its restarts. tf2onnx goes back to the first node after every change
             and so tries every Transpose that could not move once per change: nodes x moves, 170 s of the

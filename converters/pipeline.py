@@ -26,6 +26,7 @@ from converters.fusions import (
 )
 from converters.layout import absorb_channel_transposes
 from converters.layout import optimizers as layout_optimizers
+from converters.grouped_conv import rewrite_grouped_depthwise
 from converters.linear_cost import linear_graph
 from converters.redundant_clamps import drop_redundant_clamps
 from converters.lowering_custom import lower_to_custom_node
@@ -188,6 +189,7 @@ def convert_frozen_graph(
         for g in [main_g] + subgraphs:
             g.set_config(None, opset, extra_opset)
             drop_redundant_clamps(g)
+            rewrite_grouped_depthwise(g)
             absorb_channel_transposes(g, lowering)
             shield_family_nodes(g)
             shield_gradient_nodes(g)

@@ -31,6 +31,7 @@ from typing import Dict, List
 import numpy as np
 
 from converters.errors import ConversionError
+from converters.inlining import inline_calls
 
 logger = logging.getLogger(__name__)
 
@@ -258,6 +259,9 @@ def freeze(concrete_func, input_names, output_names, variable_updates="warn", tr
     stand_ins = [u.new_value for u, *_ in pending]
     feeds = inputs + stand_ins + [f"{name}:0" for name in hidden]
     fetches = outputs + [assigned for _, _, assigned, *_ in pending if assigned not in outputs]
+    # The calls TF's inlining left (Keras 3's XLA-marked grouped convolutions), inlined once the graph is valid
+    # again (no assignment of a frozen variable left): converters.inlining.
+    graph_def = inline_calls(graph_def, feeds + fetches)
     with tf.Graph().as_default():
         graph_def = tf_loader.tf_optimize(feeds, fetches, graph_def)
     _restore_hidden(graph_def, hidden)

@@ -82,6 +82,33 @@ def _geometry(b: Lowering, data_format: str):
     return strides, dilations, b.attr("padding"), list(b.attr("explicit_paddings", []) or [])
 
 
+def _groups(b: Lowering, channels: int, filter_in: int, filter_out: int, what: str) -> int:
+    """The group count of a convolution whose input has ``channels`` channels and whose filter has
+    ``filter_in`` input channels (1 when ``channels`` is unknown); TF's own rules for it."""
+    if channels < 0 or channels == filter_in:
+        return 1
+    if filter_in <= 0 or channels % filter_in or filter_out % (channels // filter_in):
+        b.fail(f"the input's {channels} channels are not a grouped convolution of {what} "
+               f"({filter_in} input and {filter_out} output channels per filter): TF rejects it too")
+    return channels // filter_in
+
+
+def _regroup_input(b: Lowering, x: str, data_format: str, groups: int, group_channels: int, height: int,
+                   width: int) -> str:
+    """The forward input as the filter gradient's Conv reads it: [Cg, groups * N, H, W] (Cg =
+    ``group_channels``), where channel g * N + n of batch entry c holds input channel g * Cg + c of image n,
+    so that Conv group g correlates TF group g's inputs with the output gradient of its filters."""
+    if groups == 1:
+        return b.op("Transpose", x, perm=[3, 0, 1, 2] if data_format == "NHWC" else [1, 0, 2, 3])
+    if data_format == "NHWC":
+        split = b.reshape(x, [None, height, width, groups, group_channels])
+        cgnhw = b.op("Transpose", split, perm=[4, 3, 0, 1, 2])
+    else:
+        split = b.reshape(x, [None, groups, group_channels, height, width])
+        cgnhw = b.op("Transpose", split, perm=[2, 1, 0, 3, 4])
+    return b.reshape(cgnhw, [group_channels, None, height, width])
+
+
 @gradient_op("Conv2DBackpropFilter")
 def conv2d_backprop_filter(ctx, node, lowering):
     b = Lowering(ctx, node)
@@ -90,8 +117,7 @@ def conv2d_backprop_filter(ctx, node, lowering):
     strides, dilations, padding, explicit = _geometry(b, data_format)
     (height, width), in_channels = _static_spatial(b, 0, data_format, "input")
     kh, kw, filter_in, filter_out = _constant_ints(b, 1, "filter_sizes", 4)
-    if in_channels >= 0 and filter_in != in_channels:
-        b.fail(f"grouped convolution (input has {in_channels} channels, filter_sizes {filter_in}) is not supported")
+    groups = _groups(b, in_channels, filter_in, filter_out, "filter_sizes")
     padded, (out_h, out_w) = forward_geometry(b, padding, (height, width), (kh, kw), strides, dilations,
                                               data_format, explicit)
     check_out_backprop(b, 2, data_format, (out_h, out_w))
@@ -102,13 +128,12 @@ def conv2d_backprop_filter(ctx, node, lowering):
         b.emit(0, b.zeros([kh, kw, filter_in, filter_out], t))
         return
     x, dy = b.inputs[0], b.inputs[2]
-    to_cnhw = [3, 0, 1, 2] if data_format == "NHWC" else [1, 0, 2, 3]
-    x = b.op("Transpose", x, perm=to_cnhw)
-    dy = b.op("Transpose", dy, perm=to_cnhw)
     if x_shape[0] < 0:
         # A batch known only at run time may be 0: then one zero image each (adding 0 * 0), since the
         # batch is the Conv's channel axis here and ONNX Runtime's Conv hangs on zero channels.
-        x, dy = b.nonempty(x, 1, 4), b.nonempty(dy, 1, 4)
+        x, dy = b.nonempty(x, 0, 4), b.nonempty(dy, 0, 4)
+    x = _regroup_input(b, x, data_format, groups, filter_in, height, width)
+    dy = b.op("Transpose", dy, perm=[3, 0, 1, 2] if data_format == "NHWC" else [1, 0, 2, 3])
     # The padded input the forward conv read: exactly (k-1)*d + (out-1)*s + 1 rows and columns, of which the
     # first `before` are padding, then up to `size` input rows, then padding again.
     needed, used = [], []
@@ -125,7 +150,8 @@ def conv2d_backprop_filter(ctx, node, lowering):
             x = b.op("Slice", x, b.const([0, 0], np.int64), b.const(used, np.int64), b.const([2, 3], np.int64))
         pads_begin = [before for before, _ in padded]
         pads_end = [n - before - u for n, (before, _), u in zip(needed, padded, used)]
-    grad = b.op("Conv", x, dy, strides=list(dilations), dilations=list(strides), pads=pads_begin + pads_end)
+    grad = b.op("Conv", x, dy, strides=list(dilations), dilations=list(strides), pads=pads_begin + pads_end,
+                group=groups)
     b.emit(0, b.op("Transpose", grad, perm=[2, 3, 0, 1]))
 
 
@@ -147,16 +173,20 @@ def conv2d_backprop_input(ctx, node, lowering):
     filter_shape = b.shape(1)
     if filter_shape is None or len(filter_shape) != 4 or min(filter_shape) < 0:
         b.fail(f"input filter ({b.inputs[1]!r}) must have a known 4-D shape, got {filter_shape}")
-    kh, kw, filter_in, _ = filter_shape
-    if out_shape is not None and len(out_shape) == 4:
-        channels = out_shape[3] if data_format == "NHWC" else out_shape[1]
-        if channels >= 0 and channels != filter_in:
-            b.fail(f"grouped convolution (input has {channels} channels, filter {filter_in}) is not supported")
+    kh, kw, filter_in, filter_out = filter_shape
+    channel_axis = 3 if data_format == "NHWC" else 1
+    channels = -1
+    if sizes is not None and sizes.size == 4:
+        channels = int(sizes[channel_axis])
+    elif out_shape is not None and len(out_shape) == 4:
+        channels = out_shape[channel_axis]
+    # The input's channels unknown (neither a constant input_sizes nor a known output shape): not grouped.
+    groups = _groups(b, channels, filter_in, filter_out, "filter")
     padded, (out_h, out_w) = forward_geometry(b, padding, (height, width), (kh, kw), strides, dilations,
                                               data_format, explicit)
     check_out_backprop(b, 2, data_format, (out_h, out_w))
     batch = int(sizes[0]) if sizes is not None and sizes.size == 4 else None
-    channels = filter_in
+    channels = filter_in * groups
     b.take_over()
     to_nchw, from_nchw, _ = LAYOUTS[data_format]
     if out_h * out_w * height * width == 0:
@@ -166,7 +196,8 @@ def conv2d_backprop_input(ctx, node, lowering):
         return
     dy = b.op("Transpose", b.inputs[2], perm=to_nchw)
     weights = b.op("Transpose", b.inputs[1], perm=[3, 2, 0, 1])
-    full = b.op("ConvTranspose", dy, weights, strides=list(strides), dilations=list(dilations))
+    # [O, Cg, kh, kw]: ConvTranspose group g maps output-gradient channels g*O/G.. to input channels g*Cg..
+    full = b.op("ConvTranspose", dy, weights, strides=list(strides), dilations=list(dilations), group=groups)
     # full covers padded rows 0 .. (out-1)*s + (k-1)*d; the input's rows are before .. before+size-1.
     tail = []
     for size, k, s, d, (before, _), n_out in zip((height, width), (kh, kw), strides, dilations, padded, (out_h, out_w)):
