@@ -1,0 +1,38 @@
+"""The zoo's fast subset (benchmarks/zoo.py; the whole zoo and its timings are docs/zoo.md's run).
+
+keras_hub's MobileNetBackbone built from arguments (MobileNetV3-Small's stacks: hard-swish, squeeze-excite and
+the depthwise convolutions Keras 3 writes as grouped Conv2D), calibrated on scikit-learn's sample photographs,
+converted by the CLI in both lowerings and verified against TF: it passes, prints no traceback, and keeps one
+Transpose (the input image's); tf2onnx's own conversion of it runs as the baseline.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.tensorflow
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_zoo_subset(tmp_path):
+    out = tmp_path / "zoo.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "zoo.py"), "--models", "keras_hub.MobileNetBackbone", "--size", "32",
+         "--graphs", "inference", "--no-timing", "--work", str(tmp_path), "--json", str(out),
+         "--markdown", str(tmp_path / "zoo.md")],
+        cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2"), capture_output=True,
+        text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = {r["label"]: r for r in json.loads(out.read_text())["rows"]}
+    for lowering in ("custom", "standard"):
+        row = rows[lowering]
+        assert row["verdict"] == "passed" and not row["traceback"], row
+        assert row["transposes"] == 1, row
+    assert rows["tf2onnx"]["verdict"] == "baseline"
+    assert "| keras_hub.MobileNetBackbone | inference | custom |" in (tmp_path / "zoo.md").read_text()
