@@ -10,16 +10,19 @@ from __future__ import annotations
 import logging
 from typing import Callable, Dict, Optional, Sequence
 
+import numpy as np
 import onnx
+from onnx import TensorProto
 
 from converters.completeness import check_fully_converted
 from converters import float8
 from converters.errors import ConversionError, LoweringError
 from converters.exact_outputs import EXACT_OUTPUTS_KEY, quantization_outputs
-from converters.family import FAMILY_OPS, shield_family_nodes, shielded_type
+from converters.family import FAMILY_OPS, QUANTIZATION_OPS, shield_family_nodes, shielded_type
 from converters.gradients import gradient_handlers, shield_gradient_nodes
 from converters.fusions import (
     batch_norm_clip_fake_quant_class,
+    constant_value,
     fold_batch_norm_class,
     merge_clips_class,
     pad_into_depthwise_class,
@@ -47,11 +50,41 @@ def _standard_lowerings() -> Dict[str, Callable]:
     return STANDARD_LOWERINGS
 
 
-def _family_handlers(lowering: str, failures: list) -> dict:
+def keeps_domain_depthwise(op_types) -> bool:
+    """Whether a graph of these TF op types keeps the domain's node for every DepthwiseConv2dNative in the
+    custom lowering: it quantizes, or it differentiates one of the family's ops (see standard_conv_for_depthwise)."""
+    return any(t in QUANTIZATION_OPS or (t in FAMILY_OPS and ("Grad" in t or "Backprop" in t)) for t in op_types)
+
+
+def standard_conv_for_depthwise(ctx, node, keep_domain: bool) -> bool:
+    """Whether the custom lowering writes this DepthwiseConv2dNative as the standard lowering's grouped Conv.
+
+    It does where the domain's node gains nothing over ONNX Runtime's own grouped Conv and costs time: the
+    depthwise convolution of a float inference graph (float32, a constant filter, no quantizer and no
+    gradient of the family in the graph). ONNX Runtime fuses a Conv with the batch norm's Mul and Add and the
+    ReLU after it and runs it in its blocked NCHWc layout, where a domain node stops those fusions and needs
+    layout reorders around it (docs/layout.md has the measurements). The domain's kernel sums in TF's Eigen
+    order, bit for bit; that matters where a quantizer reads the sums (a value at a rounding tie flips with
+    the sum's last bit) and for a training step's or saliency map's agreement with TF, so those graphs keep
+    the domain node, as do the other element types (float16, bfloat16, float64) and a filter that is an input.
+    The filter must also be finite and free of subnormals: TF multiplies padding in (an infinite tap over
+    padding gives NaN), and flushes a subnormal tap to zero, where ONNX Runtime's Conv does neither; on such a
+    filter only the domain's kernel computes what TF computes."""
+    if keep_domain or ctx.get_dtype(node.input[0]) != TensorProto.FLOAT:
+        return False
+    w = constant_value(node.inputs[1])
+    if w is None or w.dtype != np.float32:
+        return False
+    magnitude = np.abs(w)
+    return bool(np.isfinite(w).all() and not ((magnitude > 0) & (magnitude < np.finfo(np.float32).tiny)).any())
+
+
+def _family_handlers(lowering: str, failures: list, graph_facts: dict) -> dict:
     """tf2onnx custom_op_handlers for the shielded family types.
 
     tf2onnx (with continue_on_error, as its own converters use) only logs a handler's exception; we
     record it in ``failures`` so that conversion fails with our error instead of a log line.
+    ``graph_facts`` is filled once the TF graph is parsed (``keep_domain_depthwise``: keeps_domain_depthwise).
     """
     if lowering not in LOWERINGS:
         raise ValueError(f"lowering must be one of {LOWERINGS}, got {lowering!r}")
@@ -62,7 +95,13 @@ def _family_handlers(lowering: str, failures: list) -> dict:
             # Undo the shielding: from here on the node is the TF op again.
             node.type = op_type
             try:
-                if table is None:
+                if table is None and op_type == "DepthwiseConv2dNative" and standard_conv_for_depthwise(
+                        ctx, node, graph_facts.get("keep_domain_depthwise", True)):
+                    try:
+                        _standard_lowerings()[op_type](ctx, node)
+                    except LoweringError:  # a geometry only the domain's kernel takes: keep the domain node
+                        lower_to_custom_node(ctx, node, op_type)
+                elif table is None:
                     lower_to_custom_node(ctx, node, op_type)
                 else:
                     lowering_fn = table.get(op_type)
@@ -174,7 +213,8 @@ def convert_frozen_graph(
     from tf2onnx.tfonnx import graphs_from_tf, process_graphs
 
     failures: list = []
-    handlers = _family_handlers(lowering, failures)
+    graph_facts: dict = {}
+    handlers = _family_handlers(lowering, failures, graph_facts)
     handlers.update(float8.cast_handlers(failures))
     extra_opset = [utils.make_opsetid(DOMAIN, OPSET_VERSION)] if lowering == "custom" else []
     opset = utils.find_opset(opset)
@@ -191,6 +231,10 @@ def convert_frozen_graph(
             drop_redundant_clamps(g)
             rewrite_grouped_depthwise(g)
             absorb_channel_transposes(g, lowering)
+        # Read by the handlers; the types are TF's until shielded, the grouped convolutions rewritten.
+        graph_facts["keep_domain_depthwise"] = keeps_domain_depthwise(
+            n.type for g in [main_g] + subgraphs for n in g.get_nodes())
+        for g in [main_g] + subgraphs:
             shield_family_nodes(g)
             shield_gradient_nodes(g)
         exact_outputs = quantization_outputs(tf_graph, output_names, tensors_to_rename)

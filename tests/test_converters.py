@@ -344,7 +344,11 @@ def test_keras_model_with_fused_batch_norm():
     bn.moving_mean.assign(_normal(6, scale=0.1))
     bn.moving_variance.assign(_f32(rng.uniform(0.5, 2.0, 6)))
     onnx_model = converters.from_keras(model)
-    assert {"DepthwiseConv2dNative", "FusedBatchNormV3"} <= {n.op_type for n in _domain_nodes(onnx_model)}
+    # A float inference graph: the depthwise convolution is ONNX Runtime's grouped Conv (pipeline.
+    # standard_conv_for_depthwise), the batch norm the domain's node.
+    assert {n.op_type for n in _domain_nodes(onnx_model)} == {"FusedBatchNormV3"}
+    assert any(n.op_type == "Conv" and any(a.name == "group" and a.i == 3 for a in n.attribute)
+               for n in onnx_model.graph.node)
     report = converters.verify_keras(model, onnx_model, seed=5, print_table=False)
     assert report.ok, report.table()
 

@@ -68,12 +68,17 @@ def test_grouped_convolutions_convert(grouped_file, lowering):
     model = converters.from_keras(keras.models.load_model(str(grouped_file)), lowering=lowering)
     nodes = list(model.graph.node)
     assert not [n for n in nodes if "Call" in n.op_type]
-    groups = sorted(_group(n) for n in nodes if n.op_type == "Conv")
-    depthwise = [n for n in nodes if n.op_type == "DepthwiseConv2dNative"]
+    # A float inference graph: both lowerings write the depthwise op as ONNX Runtime's grouped Conv with one
+    # group per channel (converters.pipeline.standard_conv_for_depthwise); a training step keeps the domain's.
+    assert sorted(_group(n) for n in nodes if n.op_type == "Conv") == [2, 4]
+    assert not [n for n in nodes if n.op_type == "DepthwiseConv2dNative"]
+    step = converters.from_keras_train_step(keras.models.load_model(str(grouped_file)),
+                                            "sparse_categorical_crossentropy", from_logits=True, lowering=lowering)
+    domain = {n.op_type for n in step.graph.node if n.domain == DOMAIN}
     if lowering == "custom":
-        assert groups == [2] and [n.domain for n in depthwise] == [DOMAIN]
-    else:  # the standard lowering of the depthwise op: a Conv with one group per channel
-        assert groups == [2, 4] and not depthwise
+        assert {"DepthwiseConv2dNative", "DepthwiseConv2dNativeBackpropFilter"} <= domain
+    else:
+        assert not domain
 
 
 def _group(node) -> int:
@@ -100,7 +105,8 @@ def test_mixed_up_depthwise_filter_fails_at_that_node(tmp_path, grouped_file):
     [kh, kw, C, M] is its reshape. Reading it as [kh, kw, M, C] (transposed) is the same shape and wrong:
     per-node verification names that convolution, the one value that fails."""
     model_path = tmp_path / "m.onnx"
-    proc = _cli("--keras", grouped_file, "--output", model_path)
+    step = ["--train-step", "--loss", "sparse_categorical_crossentropy", "--from-logits"]  # keeps the domain node
+    proc = _cli("--keras", grouped_file, *step, "--output", model_path)
     assert proc.returncode == 0, proc.stderr
     model = onnx.load(str(model_path))
     node = next(n for n in model.graph.node if n.op_type == "DepthwiseConv2dNative")
@@ -111,7 +117,7 @@ def test_mixed_up_depthwise_filter_fails_at_that_node(tmp_path, grouped_file):
     assert not np.array_equal(wrong, w)
     init.CopyFrom(onnx.numpy_helper.from_array(np.ascontiguousarray(wrong), init.name))
     onnx.save(model, str(model_path))
-    proc = _cli("--keras", grouped_file, "--verify-model", model_path, "--verify-nodes", "--no-tf-spread")
+    proc = _cli("--keras", grouped_file, *step, "--verify-model", model_path, "--verify-nodes", "--no-tf-spread")
     assert proc.returncode == 3, proc.stdout + proc.stderr
     # The convolution carries the name of the batch norm's multiplication that grappler folded into its filter.
     first = proc.stdout[proc.stdout.index("first failing"):].splitlines()
