@@ -173,7 +173,6 @@ def _tf2onnx(path: str, out: str) -> dict:
     """tf2onnx alone on the model's inference function (its own freezing, handlers and optimizers)."""
     import logging
 
-    import tensorflow as tf
     import tf2onnx
 
     logging.getLogger("tf2onnx").setLevel(logging.CRITICAL)
