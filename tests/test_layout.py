@@ -286,3 +286,45 @@ def test_per_channel_fake_quant_takes_the_layout_with_its_axis_moved():
     x = np.random.default_rng(3).normal(size=(2, 6, 6, 4)).astype(np.float32) * 3
     report = converters.verify(model, fn, inputs=[x], print_table=False)
     assert report.ok, report.table()
+
+
+@pytest.mark.parametrize("case", ["float", "inf_tap", "subnormal_tap", "quantized", "gradient", "variable_filter"])
+def test_custom_depthwise_choice(case):
+    """The custom lowering writes a float inference graph's depthwise convolution as ONNX Runtime's grouped Conv
+    (converters.pipeline.standard_conv_for_depthwise) and keeps the domain's node where that node computes what
+    a Conv cannot (a non-finite or subnormal tap), or where its TF-ordered sums matter (a quantizer or a family
+    gradient in the graph); every case still verifies against TF."""
+    rng = np.random.default_rng(4)
+    f = rng.normal(size=(3, 3, 4, 2)).astype(np.float32)
+    if case == "inf_tap":
+        f[0, 0, 1, 0] = np.inf
+    if case == "subnormal_tap":
+        f[1, 1, 2, 1] = np.float32(1e-40)
+    filt = tf.Variable(f) if case == "variable_filter" else tf.constant(f)
+    signature = [tf.TensorSpec((2, 9, 9, 4), tf.float32)]
+
+    def body(x):
+        if case == "gradient":
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                y = tf.nn.depthwise_conv2d(x, filt, [1, 1, 1, 1], "SAME")
+                loss = tf.reduce_sum(y * y)
+            return y, tape.gradient(loss, x)
+        # VALID: no padding taps, where the domain's kernel skips what TF's Eigen kernel multiplies in
+        # (docs/semantics.md 4.6), which an infinite tap would show.
+        y = tf.nn.depthwise_conv2d(x, filt, [1, 2, 2, 1], "VALID" if case == "inf_tap" else "SAME")
+        if case == "quantized":
+            y = tf.quantization.fake_quant_with_min_max_args(y, -3.0, 3.0)
+        return y
+
+    fn = tf.function(body, input_signature=signature)
+    model = converters.from_function(fn, signature, lowering="custom")
+    domain = [n for n in model.graph.node if n.domain == DOMAIN and n.op_type == "DepthwiseConv2dNative"]
+    grouped = [n for n in model.graph.node if n.op_type == "Conv"]
+    if case in ("float", "variable_filter"):  # a variable is frozen: a constant filter, an inference graph
+        assert not domain and len(grouped) == 1
+    else:
+        assert len(domain) == 1 and not grouped
+    x = np.random.default_rng(5).normal(size=(2, 9, 9, 4)).astype(np.float32)
+    report = converters.verify(model, fn, inputs=[x], print_table=False)
+    assert report.ok, report.table()
