@@ -68,9 +68,8 @@ def build(name: str, size: int):
 
         keras.utils.set_random_seed(SEED)
         arch = getattr(keras.applications, name.split(".", 1)[1])
-        extra = {"include_preprocessing": False} if "MobileNetV3" in name or "EfficientNet" in name else {}
-        if "ConvNeXt" in name:
-            extra = {"include_preprocessing": False}
+        # No preprocessing layer where the architecture lets it go (the images come scaled).
+        extra = {"include_preprocessing": False} if "MobileNetV3" in name or "ConvNeXt" in name else {}
         return arch(weights=None, input_shape=shape, classes=CLASSES, classifier_activation=None, **extra), ".keras"
     if name == "keras_hub.MobileNetBackbone":
         import keras
@@ -160,6 +159,11 @@ def make(name: str, size: int, work: str) -> dict:
     import numpy as np
 
     model, suffix = build(name, size)
+    for layer in _all_layers(model):
+        # Dropout (and EfficientNet's drop-connect, a Dropout too) off: a training step's random masks cannot agree
+        # between two runtimes, and the converter refuses the random op, saying so.
+        if type(layer).__name__ == "Dropout":
+            layer.rate = 0.0
     calibrate(model, size)
     stem = os.path.join(work, re.sub(r"\W+", "_", name))
     path = stem + suffix

@@ -76,10 +76,13 @@ def parse_args(argv=None):
         "same-name initializers (feed new weights step after step)",
     )
     p.add_argument(
-        "--fold-batch-norm", action="store_true",
+        "--fold-batch-norm", action="store_true", default=None,
         help="fold inference-mode batch norms with constant statistics into the preceding convolution (custom "
-        "lowering): faster, but not bit-exact (quantized outputs may move by a grid step)",
+        "lowering): faster, but not bit-exact (quantized outputs may move by a grid step). Default: folded in a "
+        "float inference graph (no quantizer, no gradient of the family), where no output is bit-exact anyway",
     )
+    p.add_argument("--no-fold-batch-norm", dest="fold_batch_norm", action="store_false",
+                   help="never fold batch norms (keep the domain's TF-exact batch-norm node)")
     keras = p.add_argument_group("Keras sources")
     keras.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
                        help="import MODULE first (it registers the model's custom layers); may be repeated")
@@ -114,8 +117,8 @@ def parse_args(argv=None):
     if args.verify_model:
         if args.output:
             p.error("--verify-model verifies an existing file: leave out --output")
-        if args.fold_batch_norm:
-            p.error("--fold-batch-norm is a conversion option; --verify-model does not convert")
+        if args.fold_batch_norm is not None:
+            p.error("--fold-batch-norm / --no-fold-batch-norm are conversion options; --verify-model does not convert")
         if not (args.verify or args.verify_nodes):
             args.verify = args.verify_nodes = True
     elif not args.output:
@@ -259,8 +262,8 @@ def main(argv=None) -> int:
     from converters.errors import ConversionError, UnconvertedOpsError
 
     common = dict(lowering=args.lowering, opset=args.opset, output_path=args.output)
-    if args.fold_batch_norm:
-        common["fold_batch_norm"] = True
+    if args.fold_batch_norm is not None:
+        common["fold_batch_norm"] = args.fold_batch_norm
     state = dict(variable_updates="outputs" if args.variable_update_outputs else "warn", trainable_inputs=args.trainable_inputs)
     keras_model = keep_alive = None
     try:

@@ -162,8 +162,7 @@ def fold_batch_norm_class():
                 return False
             new_w = g.make_const(conv.name + "__bn_folded_w", (w * k.reshape([-1] + [1] * (w.ndim - 1))).astype(np.float32))
             new_b = g.make_const(conv.name + "__bn_folded_b", ((bias - mean) * k + offset).astype(np.float32))
-            g.replace_inputs(conv, [conv.input[0], new_w.output[0], new_b.output[0]])
-            self._bypass(g, bn, conv.output[0])
+            self._replace(g, conv, [conv.input[0], new_w.output[0], new_b.output[0]], bn)
             return True
 
         def _into_depthwise(self, g, bn, dw, k, offset, mean, fmt):
@@ -171,19 +170,33 @@ def fold_batch_norm_class():
             if f is None or f.dtype != np.float32 or f.shape[2] * f.shape[3] != k.shape[0]:
                 return False
             new_f = g.make_const(dw.name + "__bn_folded_filter", (f * k.reshape(f.shape[2], f.shape[3])).astype(np.float32))
-            g.replace_input(dw, dw.input[1], new_f.output[0], 1)
             bias = ((np.float32(0) - mean) * k + offset).astype(np.float32)
             bias = g.make_const(dw.name + "__bn_folded_b", bias.reshape([-1, 1, 1]) if fmt == "NCHW" else bias)
-            add = g.make_node("Add", [dw.output[0], bias.output[0]], shapes=[g.get_shape(bn.output[0])],
-                              dtypes=[g.get_dtype(bn.output[0])])
-            self._bypass(g, bn, add.output[0])
+            y, shape, dtype = bn.output[0], g.get_shape(bn.output[0]), g.get_dtype(bn.output[0])
+            scaled = self._replace(g, dw, [dw.input[0], new_f.output[0], *dw.input[2:]], None)
+            g.remove_node(bn.name)  # before its y gets a new producer
+            g.make_node("Add", [scaled, bias.output[0]], outputs=[y], shapes=[shape], dtypes=[dtype])
             return True
 
         @staticmethod
-        def _bypass(g, bn, source):
-            """Consumers of bn's y read ``source``; bn goes."""
-            g.replace_all_inputs(bn.output[0], source)
-            g.remove_node(bn.name)
+        def _replace(g, node, inputs, bn):
+            """A copy of ``node`` (a convolution) reading ``inputs``, in its place; it writes bn's y and bn goes
+            (``bn`` given), or a fresh name (returned). Never the old output's name: that name is the TF
+            tensor of the unfolded convolution, which per-node verification compares it with."""
+            from tf2onnx import utils
+
+            attrs = {a: node.get_attr_value(a) for a in node.attr}
+            name, op_type, domain = node.name, node.type, node.domain
+            if bn is not None:
+                outputs, shapes, dtypes = [bn.output[0]], [g.get_shape(bn.output[0])], [g.get_dtype(bn.output[0])]
+                g.remove_node(bn.name)
+            else:
+                outputs = [utils.make_name(name + "__bn_folded")]
+                shapes, dtypes = [g.get_shape(node.output[0])], [g.get_dtype(node.output[0])]
+            g.remove_node(name)
+            g.make_node(op_type, inputs, attr=attrs, outputs=outputs, name=name, shapes=shapes, dtypes=dtypes,
+                        domain=domain)
+            return outputs[0]
 
     return FoldBatchNorm
 

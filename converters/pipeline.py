@@ -50,10 +50,12 @@ def _standard_lowerings() -> Dict[str, Callable]:
     return STANDARD_LOWERINGS
 
 
-def keeps_domain_depthwise(op_types) -> bool:
-    """Whether a graph of these TF op types keeps the domain's node for every DepthwiseConv2dNative in the
-    custom lowering: it quantizes, or it differentiates one of the family's ops (see standard_conv_for_depthwise)."""
-    return any(t in QUANTIZATION_OPS or (t in FAMILY_OPS and ("Grad" in t or "Backprop" in t)) for t in op_types)
+def float_inference_graph(op_types) -> bool:
+    """Whether a graph of these TF op types is a float inference graph: no quantizer and no gradient of the
+    family. There no output is bit-exact, and the custom lowering writes what ONNX Runtime runs fastest (its
+    grouped Conv for a depthwise convolution, standard_conv_for_depthwise; batch norms folded into their
+    convolutions, convert_frozen_graph's fold_batch_norm)."""
+    return not any(t in QUANTIZATION_OPS or (t in FAMILY_OPS and ("Grad" in t or "Backprop" in t)) for t in op_types)
 
 
 def standard_conv_for_depthwise(ctx, node, keep_domain: bool) -> bool:
@@ -84,7 +86,7 @@ def _family_handlers(lowering: str, failures: list, graph_facts: dict) -> dict:
 
     tf2onnx (with continue_on_error, as its own converters use) only logs a handler's exception; we
     record it in ``failures`` so that conversion fails with our error instead of a log line.
-    ``graph_facts`` is filled once the TF graph is parsed (``keep_domain_depthwise``: keeps_domain_depthwise).
+    ``graph_facts`` is filled once the TF graph is parsed (``keep_domain_depthwise``: not float_inference_graph).
     """
     if lowering not in LOWERINGS:
         raise ValueError(f"lowering must be one of {LOWERINGS}, got {lowering!r}")
@@ -196,13 +198,16 @@ def convert_frozen_graph(
     initialized_tables: Optional[dict] = None,
     shape_override: Optional[dict] = None,
     output_path: Optional[str] = None,
-    fold_batch_norm: bool = False,
+    fold_batch_norm: Optional[bool] = None,
 ) -> onnx.ModelProto:
     """Convert a frozen GraphDef (variables already constants) to an ONNX model.
 
     ``fold_batch_norm=True`` folds inference-mode batch norms with constant statistics into the
     preceding convolution (custom lowering; converters.fusions). It changes float rounding, so the
-    model no longer claims bit-exact quantization outputs.
+    model no longer claims bit-exact quantization outputs. ``None`` (the default) folds them in a float
+    inference graph (no quantizer, no family gradient: float_inference_graph), where no output is bit-exact
+    anyway and ONNX Runtime, as tf2onnx's models get, then runs one fused convolution per layer; ``False``
+    never folds.
 
     Raises LoweringError / ConversionError when a family op cannot be written in ``lowering``, and
     UnconvertedOpsError when tf2onnx left any op unconverted. The model carries the lowest IR version its
@@ -232,8 +237,10 @@ def convert_frozen_graph(
             rewrite_grouped_depthwise(g)
             absorb_channel_transposes(g, lowering)
         # Read by the handlers; the types are TF's until shielded, the grouped convolutions rewritten.
-        graph_facts["keep_domain_depthwise"] = keeps_domain_depthwise(
+        graph_facts["keep_domain_depthwise"] = not float_inference_graph(
             n.type for g in [main_g] + subgraphs for n in g.get_nodes())
+        if fold_batch_norm is None:
+            fold_batch_norm = lowering == "custom" and not graph_facts["keep_domain_depthwise"]
         for g in [main_g] + subgraphs:
             shield_family_nodes(g)
             shield_gradient_nodes(g)

@@ -343,14 +343,16 @@ def test_keras_model_with_fused_batch_norm():
     bn = model.layers[1]
     bn.moving_mean.assign(_normal(6, scale=0.1))
     bn.moving_variance.assign(_f32(rng.uniform(0.5, 2.0, 6)))
-    onnx_model = converters.from_keras(model)
     # A float inference graph: the depthwise convolution is ONNX Runtime's grouped Conv (pipeline.
-    # standard_conv_for_depthwise), the batch norm the domain's node.
-    assert {n.op_type for n in _domain_nodes(onnx_model)} == {"FusedBatchNormV3"}
-    assert any(n.op_type == "Conv" and any(a.name == "group" and a.i == 3 for a in n.attribute)
-               for n in onnx_model.graph.node)
-    report = converters.verify_keras(model, onnx_model, seed=5, print_table=False)
-    assert report.ok, report.table()
+    # standard_conv_for_depthwise) and the batch norm is folded into it (fold_batch_norm's default there), or,
+    # with fold_batch_norm=False, the domain's batch-norm node.
+    for fold, domain_ops in ((None, set()), (False, {"FusedBatchNormV3"})):
+        onnx_model = converters.from_keras(model, fold_batch_norm=fold)
+        assert {n.op_type for n in _domain_nodes(onnx_model)} == domain_ops
+        assert any(n.op_type == "Conv" and any(a.name == "group" and a.i == 3 for a in n.attribute)
+                   for n in onnx_model.graph.node)
+        report = converters.verify_keras(model, onnx_model, seed=5, print_table=False)
+        assert report.ok, report.table()
 
 
 def test_unconverted_ops_are_listed():
@@ -367,6 +369,21 @@ def test_unconverted_ops_are_listed():
     assert types == ["BesselI0e", "BesselI1e"]
     assert all(name for _, name in info.value.ops)
     assert "BesselI0e" in str(info.value)
+
+
+def test_random_op_is_listed_with_why_and_what_to_do():
+    """A training-mode Dropout's random op cannot be converted: the error says why and what to do. (Keras 3's
+    Dropout seeds it from a SeedGenerator variable that the step assigns, so the seed is computed, as here.)"""
+    signature = [tf.TensorSpec([4, 8], tf.float32), tf.TensorSpec([2], tf.int64)]
+
+    @tf.function(input_signature=signature)
+    def fn(x, seed):
+        return tf.nn.experimental.stateless_dropout(x, rate=0.5, seed=seed)
+
+    with pytest.raises(UnconvertedOpsError) as info:
+        converters.from_function(fn, signature)
+    assert any("Random" in op for op, _ in info.value.ops)
+    assert "rate at 0" in str(info.value) and "random numbers cannot be reproduced" in str(info.value)
 
 
 def test_verify_flags_a_wrong_output():
