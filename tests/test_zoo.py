@@ -35,4 +35,4 @@ def test_zoo_subset(tmp_path):
         assert row["verdict"] == "passed" and not row["traceback"], row
         assert row["transposes"] == 1, row
     assert rows["tf2onnx"]["verdict"] == "baseline"
-    assert "| keras_hub.MobileNetBackbone | inference | custom |" in (tmp_path / "zoo.md").read_text()
+    assert "| keras_hub.MobileNetBackbone | 32 | inference | custom |" in (tmp_path / "zoo.md").read_text()
