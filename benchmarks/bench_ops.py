@@ -133,6 +133,22 @@ def make_cases(shape, rng):
 # The three runners.
 
 
+def fastest_in_children(commands: dict, passes: int, env: dict) -> dict:
+    """{label: {batch: ms}}: each command (a child process that prints its {batch: ms} as its last JSON line) run
+    ``passes`` times in turn, keeping each label's fastest time per batch, so that a burst of background load
+    during one process cannot decide a ratio."""
+    best = {}
+    for _ in range(passes):
+        for label, cmd in commands.items():
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+            if proc.returncode != 0 or not lines:
+                raise RuntimeError(f"timing {label} failed:\n{proc.stderr[-3000:]}")
+            times = {int(k): v for k, v in json.loads(lines[-1]).items()}
+            best[label] = {b: min(t, best.get(label, {}).get(b, t)) for b, t in times.items()}
+    return best
+
+
 def median_ms(fn: Callable, repeat: int) -> float:
     """Median time of ``repeat`` calls of ``fn`` after two warm-up calls. The pause before each call
     lets the runtime's worker threads stop spinning, as they would between a server's requests."""

@@ -276,18 +276,13 @@ def time_runner(args) -> None:
 
 def timed(runners: dict, args, size: int) -> dict:
     """{label: {batch: ms}}, each runner in a process of its own, --passes passes in turn, fastest kept."""
-    best = {}
-    for _ in range(args.passes):
-        for label, runner in runners.items():
-            cmd = [sys.executable, os.path.abspath(__file__), "--time-runner", runner, "--threads", str(args.threads),
-                   "--repeat", str(args.repeat), "--size", str(size), "--batches", *map(str, args.batches)]
-            proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=REPO))
-            lines = [l for l in proc.stdout.splitlines() if l.startswith("{")]
-            if proc.returncode != 0 or not lines:
-                raise RuntimeError(f"timing {label} failed:\n{proc.stderr[-3000:]}")
-            times = {int(k): v for k, v in json.loads(lines[-1]).items()}
-            best[label] = {b: min(t, best.get(label, {}).get(b, t)) for b, t in times.items()}
-    return best
+    from bench_ops import fastest_in_children
+
+    commands = {label: [sys.executable, os.path.abspath(__file__), "--time-runner", runner, "--threads",
+                        str(args.threads), "--repeat", str(args.repeat), "--size", str(size),
+                        "--batches", *map(str, args.batches)]
+                for label, runner in runners.items()}
+    return fastest_in_children(commands, args.passes, dict(os.environ, PYTHONPATH=REPO))
 
 
 # ----------------------------------------------------------------------------------------------- report
