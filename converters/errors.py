@@ -26,7 +26,7 @@ _HINTS = {
 
 
 def _hint(op_type: str):
-    if "Random" in op_type or op_type in ("RandomStandardNormal", "Multinomial", "RngReadAndSkip"):
+    if "Random" in op_type or op_type in ("Multinomial", "RngReadAndSkip"):
         return "random"
     if op_type in ("PartitionedCall", "StatefulPartitionedCall"):
         return "call"
