@@ -18,6 +18,8 @@ if [ -z "${TFOPS_CUDA:-}" ]; then
 fi
 export TFOPS_CUDA
 echo "setup.sh: TFOPS_CUDA=$TFOPS_CUDA"
-# cmake and ninja from PyPI: scripts/sanitize.sh builds the library itself and must not depend on
-# what the machine has installed (pip's own build of the project gets them in its build env).
-.venv/bin/python -m pip install -q ".[test]" cmake ninja
+# The project with its test extra, from the wheel of the tree as it is (built here unless these sources were
+# built before: scripts/install.sh). cmake and ninja from PyPI: scripts/sanitize.sh builds the library itself
+# and must not depend on what the machine has installed (pip's own build of the project gets them in its build
+# env).
+bash scripts/install.sh .venv/bin/python test cmake ninja

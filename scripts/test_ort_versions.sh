@@ -62,10 +62,21 @@ environment() {
         "onnxruntime==$version" "$numpy"
 }
 
+# Up to JOBS at a time (the environments, then the versions' runs: each session has one intra-op thread).
+JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
+in_parallel() {  # in_parallel FUNCTION ARG...: FUNCTION ARG for each ARG, JOBS at a time; fails if any failed
+    local arg failed=0 running=0
+    for arg in "${@:2}"; do
+        "$1" "$arg" &
+        running=$((running + 1))
+        if [ "$running" -ge "$JOBS" ]; then wait -n || failed=1; running=$((running - 1)); fi
+    done
+    while [ "$running" -gt 0 ]; do wait -n || failed=1; running=$((running - 1)); done
+    return $failed
+}
+
 mkdir -p "$VENVS"
-for version in $ORT_VERSIONS $REFUSED_VERSION; do
-    environment "$version"
-done
+in_parallel environment $ORT_VERSIONS $REFUSED_VERSION
 echo "test_ort_versions.sh: environments ready ($((SECONDS - started)) s): onnxruntime $ORT_VERSIONS, and $REFUSED_VERSION"
 
 rm -rf "$WORK"
@@ -75,11 +86,13 @@ set -- $ORT_VERSIONS
 NEWEST=${!#}
 status=0
 "$VENVS/${NEWEST%.*}/bin/python" tools/ort_versions/run_cases.py "$WORK/cases" "$LIBRARY" --write "$WORK/reference" || status=1
-for version in $ORT_VERSIONS; do
-    [ "$version" = "$NEWEST" ] && continue
-    "$VENVS/${version%.*}/bin/python" tools/ort_versions/run_cases.py "$WORK/cases" "$LIBRARY" \
-        --compare "$WORK/reference" || status=1
-done
+compare() {  # each version's report goes to its log, printed below in the versions' order
+    "$VENVS/${1%.*}/bin/python" tools/ort_versions/run_cases.py "$WORK/cases" "$LIBRARY" \
+        --compare "$WORK/reference" > "$WORK/compare-$1.log" 2>&1
+}
+older=$(for version in $ORT_VERSIONS; do [ "$version" = "$NEWEST" ] || echo "$version"; done)
+in_parallel compare $older || status=1
+for version in $older; do cat "$WORK/compare-$version.log"; done
 # The refusal: a Python exception naming both versions, and the process ends normally (a crash would not).
 "$VENVS/${REFUSED_VERSION%.*}/bin/python" tools/ort_versions/run_cases.py - "$LIBRARY" --expect-refused 2>/dev/null || status=1
 

@@ -11,8 +11,17 @@
 # ran the model, with the model named and saved; a run in which no model went there fails too.
 #
 #   scripts/test_ortgpu.sh [extra pytest args]      (after scripts/setup.sh, which makes .venv)
+#
+#   scripts/test_ortgpu.sh [pytest args]
+#   scripts/test_ortgpu.sh --list     prints the test files this stage runs (scripts/test.sh runs them here only)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+TEST_FILES="tests/test_standard_lowering.py tests/test_standard_lowering_edges.py tests/test_standard_lean.py
+  tests/test_standard_safe.py tests/test_gradient_ops.py tests/test_gradient_ops_extra.py"
+if [ "${1:-}" = --list ]; then
+  printf '%s\n' $TEST_FILES
+  exit 0
+fi
 PYTHON=${PYTHON:-python3}
 # Pinned so that CI does not change under us; 1.31.1 is the newest for Python 3.11 as of this writing.
 ORTGPU_VERSION=${ORTGPU_VERSION:-1.31.1}
@@ -30,6 +39,4 @@ EOF
 export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2}
 export TFOPS_TEST_ORT_PYTHON="$PWD/.venv-ortgpu/bin/python"
 export TFOPS_TEST_ORT_FAILED_DIR=${TFOPS_TEST_ORT_FAILED_DIR:-$PWD/build/ortgpu-failures}
-.venv/bin/pytest -q -p no:cacheprovider \
-  tests/test_standard_lowering.py tests/test_standard_lowering_edges.py tests/test_standard_lean.py \
-  tests/test_standard_safe.py tests/test_gradient_ops.py tests/test_gradient_ops_extra.py "$@"
+.venv/bin/pytest -q -p no:cacheprovider $TEST_FILES "$@"

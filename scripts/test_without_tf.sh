@@ -14,7 +14,7 @@ if [ ! -x .venv-notf/bin/python ]; then
 fi
 # The CUDA variant where nvcc is on PATH, as scripts/setup.sh builds it (made explicit, as there).
 export TFOPS_CUDA=${TFOPS_CUDA:-$(command -v "${CUDACXX:-nvcc}" >/dev/null && echo ON || echo OFF)}
-.venv-notf/bin/python -m pip install -q ".[extensions]" pytest
+bash scripts/install.sh .venv-notf/bin/python extensions pytest   # the wheel setup.sh installed, if the sources are unchanged
 if .venv-notf/bin/python -c "import tensorflow" 2>/dev/null; then
   echo "test_without_tf.sh: TensorFlow is importable in .venv-notf; this run would prove nothing" >&2
   exit 1

@@ -221,13 +221,13 @@ FAILING = ("mismatch", "crash_lib", "hang_lib", "harness_error", "crash_tf", "ha
 
 @pytest.mark.tensorflow
 def test_a_short_seeded_campaign_finds_nothing():
-    """7000 cases, about 370 per op (some 60 s on the 2-core VM); fails on a crash, a hang, an undocumented
-    mismatch or an unclear error."""
+    """4000 cases, about 210 per op (some 70 s on the 2-core VM beside the rest of CI; tools/fuzz runs longer
+    campaigns); fails on a crash, a hang, an undocumented mismatch or an unclear error."""
     from tools.fuzz.campaign import run_campaign
 
-    report = run_campaign(seed=20240611, seconds=150, max_cases=7000, minimize_budget=80)
+    report = run_campaign(seed=20240611, seconds=150, max_cases=4000, minimize_budget=80)
     print(report.text(reproducers=False))
-    assert report.total >= 3000, f"only {report.total} cases in the time allowed"
+    assert report.total >= 2500, f"only {report.total} cases in the time allowed"
     for op in ort_ops.OP_NAMES:
         assert report.by_op[op]["match"] > 0, f"{op}: no case where both sides gave outputs"
     failing = [f for f in report.findings
