@@ -434,9 +434,16 @@ def _distance(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.abs(a64[finite] - b64[finite]).mean())
 
 
-def find_anchors(candidates: Dict[str, str], tf_values: dict, onnx_values: dict):
-    """({ONNX value: Anchor}, names left out because no layout of the TF tensor matches ONNX's value)."""
-    anchors, left_out = {}, []
+def find_anchors(candidates: Dict[str, str], tf_values: dict, onnx_values: dict,
+                 model: Optional[onnx.ModelProto] = None, known: Optional[Dict[str, Anchor]] = None):
+    """({ONNX value: Anchor}, names left out because no layout of the TF tensor matches ONNX's value).
+
+    Where two layouts give ONNX's shape (H == W == C), the graph decides when ``model`` is given: the layout of
+    the value's anchored neighbours of the same rank across layout-keeping nodes (``_layout_votes``); ORT's own
+    value decides only where the graph does not (the layout whose transpose of TF's value is closest to it).
+    ORT's value alone misleads where it is far from TF's anyway: a training step's values after a ReLU mask
+    flipped, which per-node verification exists to tell apart from a wrong node."""
+    anchors, left_out, ambiguous = {}, [], {}
     for name, tf_name in candidates.items():
         tf_value, onnx_value = tf_values.get(tf_name), onnx_values.get(name)
         if tf_value is None or onnx_value is None or tf_value.dtype != onnx_value.dtype:
@@ -445,13 +452,54 @@ def find_anchors(candidates: Dict[str, str], tf_values: dict, onnx_values: dict)
         options = _layouts(tf_value, onnx_value.shape)
         if not options:
             left_out.append(name)
-            continue
-        if len(options) > 1:
-            # Two layouts give ONNX's shape (H == W == C): take the one closest to ORT's own value. Where the TF
-            # values of the two are equal the choice does not matter.
-            options.sort(key=lambda o: _distance(Anchor(name, tf_name, *o).to_onnx_layout(tf_value), onnx_value))
+        elif len(options) == 1:
+            anchors[name] = Anchor(name, tf_name, *options[0])
+        else:
+            ambiguous[name] = options
+    if ambiguous and model is not None:
+        context = dict(known or {})
+        context.update(anchors)
+        _resolve_by_graph(model, ambiguous, candidates, tf_values, context, anchors)
+    for name, options in ambiguous.items():
+        tf_name = candidates[name]
+        # Where the TF values of the two are equal the choice does not matter.
+        options.sort(key=lambda o: _distance(Anchor(name, tf_name, *o).to_onnx_layout(tf_values[tf_name]),
+                                             onnx_values[name]))
         anchors[name] = Anchor(name, tf_name, *options[0])
     return anchors, left_out
+
+
+# Nodes whose inputs and outputs of one rank need not share a layout.
+_LAYOUT_CHANGING = ("Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Einsum", "MatMul", "Gemm", "Shape")
+
+
+def _resolve_by_graph(model, ambiguous: dict, candidates: dict, tf_values: dict, context: dict, anchors: dict):
+    """Moves the entries of ``ambiguous`` that the graph decides into ``anchors`` (and ``context``), until no
+    more are decided: a decided value votes for its neighbours in turn."""
+    neighbours = defaultdict(set)
+    for node in model.graph.node:
+        if node.op_type in _LAYOUT_CHANGING:
+            continue
+        values = [v for v in list(node.input) + list(node.output) if v]
+        for v in values:
+            if v in ambiguous:
+                neighbours[v].update(w for w in values if w != v)
+    changed = True
+    while changed:
+        changed = False
+        for name in list(ambiguous):
+            ndim = tf_values[candidates[name]].ndim
+            votes = defaultdict(int)
+            for other in neighbours[name]:
+                anchor = context.get(other)
+                if anchor is not None and anchor.shape is None and tf_values[anchor.tf_name].ndim == ndim:
+                    votes[anchor.perm] += 1
+            ranked = sorted(((count, perm) for perm, count in votes.items()
+                             if (perm, None) in ambiguous[name]), key=lambda cp: -cp[0])
+            if ranked and (len(ranked) == 1 or ranked[0][0] > ranked[1][0]):
+                anchors[name] = context[name] = Anchor(name, candidates[name], ranked[0][1], None)
+                del ambiguous[name]
+                changed = True
 
 
 _LAYOUT_OPS = ("Transpose", "Reshape", "Identity", "Squeeze", "Unsqueeze", "Flatten")
@@ -470,7 +518,7 @@ def follow_layout_ops(model: onnx.ModelProto, anchors: Dict[str, Anchor], tf_val
         source, out = anchors.get(node.input[0]), node.output[0]
         if source is None or source.tf_name == anchors[out].tf_name:
             continue
-        moved, _ = find_anchors({out: source.tf_name}, tf_values, onnx_values)
+        moved, _ = find_anchors({out: source.tf_name}, tf_values, onnx_values, model, anchors)
         if out in moved:
             anchors[out] = moved[out]
             changed += 1
@@ -652,8 +700,8 @@ def verify_nodes(onnx_model, tf_fn, inputs=None, seed: int = 0, rtol: Optional[f
     import tensorflow as tf
 
     from converters.exact_outputs import exact_cone
-    from converters.verification import (VERIFY_LOG_SEVERITY, run_with_magnitudes, judge_output, random_inputs,
-                                         run_onnx)
+    from converters.verification import (VERIFY_LOG_SEVERITY, absolute_error_atol, judge_output, random_inputs,
+                                         run_onnx, run_with_magnitudes)
     from converters.verify_tf import concrete_function
 
     seconds = {}
@@ -696,7 +744,7 @@ def verify_nodes(onnx_model, tf_fn, inputs=None, seed: int = 0, rtol: Optional[f
     t0 = time.perf_counter()
     onnx_values = run_onnx(_with_outputs(onnx_model, sorted(candidates)), inputs, threads, VERIFY_LOG_SEVERITY)
     seconds["onnx_end_to_end"] = time.perf_counter() - t0
-    anchors, left_out = find_anchors(candidates, tf_values, onnx_values)
+    anchors, left_out = find_anchors(candidates, tf_values, onnx_values, onnx_model)
     follow_layout_ops(onnx_model, anchors, tf_values, onnx_values)
     del onnx_values
 
@@ -744,7 +792,9 @@ def verify_nodes(onnx_model, tf_fn, inputs=None, seed: int = 0, rtol: Optional[f
                 check = judge_quantizer(out, expected, values[out], anchor.to_onnx_layout(ties),
                                         anchor.to_onnx_layout(np.ascontiguousarray(steps)))
             else:
-                check = judge_output(out, expected, values[out], exact, rtol, sum_rtol, atol, magnitudes.get(out))
+                extra = absolute_error_atol(node.op_type, expected.dtype) if not exact else 0.0
+                check = judge_output(out, expected, values[out], exact, rtol, sum_rtol,
+                                     (atol or 0.0) + extra if extra else atol, magnitudes.get(out))
             layout = "as TF" if anchor.perm is None and anchor.shape is None else \
                 f"TF transposed {list(anchor.perm)}" if anchor.perm is not None else f"TF reshaped {list(anchor.shape)}"
             op = through_identities(tensor).op

@@ -68,6 +68,23 @@ from ort_ops.schemas import DOMAIN
 DEFAULT_RTOL = {"float32": 1e-5, "float64": 1e-12, "float16": 1e-3, "bfloat16": 1e-2}
 # Sums: times the magnitude of what was summed (see the module docstring for the reasons).
 DEFAULT_SUM_RTOL = {"float32": 1e-5, "float64": 1e-12, "float16": 4e-3, "bfloat16": 3e-2}
+# Ops whose ONNX Runtime kernel errs by an absolute amount, not a relative one: an extra ``atol`` of this many ulps
+# of 1 in the output's type where per-node verification judges their output. ORT's Sigmoid (MLAS's logistic, a
+# rational approximation; outputs in [0, 1]) is off the exact value by up to 1.7e-7 (2.8 ulps of 1) in float32
+# and off TF's Eigen kernel by up to 1.8e-7, measured over x in [-30, 30] (2M points); its relative error on
+# small outputs is unbounded (6.8 at x = -18, an output of 1.5e-8), where Eigen's stays below 5e-7. 8 ulps leave
+# a factor 2.7; a wrong Sigmoid (a dropped sign, a HardSigmoid, a missing scale) is off by 1e-2 and more.
+ABSOLUTE_ERROR_ULPS = {"Sigmoid": 8}
+
+
+def absolute_error_atol(op_type: str, dtype) -> float:
+    """The extra absolute bound for an output of ONNX ``op_type`` (0 unless ABSOLUTE_ERROR_ULPS names it)."""
+    ulps = ABSOLUTE_ERROR_ULPS.get(op_type)
+    if not ulps or np.dtype(dtype).kind != "f":
+        return 0.0
+    return float(ulps * np.finfo(np.dtype(dtype)).eps / 2)
+
+
 # ONNX Runtime's own messages during verification: errors only (a trainable input with a same-name
 # initializer is deliberate, see converters.variable_state, and ORT warns once per such input).
 VERIFY_LOG_SEVERITY = 3

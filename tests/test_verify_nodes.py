@@ -409,6 +409,56 @@ def test_a_transpose_that_kept_another_tensors_name_is_re_anchored():
     assert anchors["backprop"].tf_name == "AddN:0" and anchors["backprop"].perm is None
 
 
+def test_an_ambiguous_layout_is_decided_by_the_graph_not_by_ort_value():
+    """H == W == C: both NCHW and NHWC give ONNX's shape. The anchored neighbour across a layout-keeping node
+    decides, even where ORT's value (a training step's, after a mask flip) is closer to the wrong layout's."""
+    from onnx import helper
+
+    from converters.node_verification import find_anchors
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 8, 8, 4)).astype(np.float32)  # TF's NHWC input of the Conv (unambiguous)
+    y = rng.standard_normal((1, 4, 4, 4)).astype(np.float32)  # TF's NHWC Conv output (H == W == C)
+    w = helper.make_tensor("w", onnx.TensorProto.FLOAT, [4, 4, 1, 1], np.ones(16, np.float32))
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], strides=[2, 2]), helper.make_node("Relu", ["y"], ["z"])], "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4, 8, 8])],
+        [helper.make_tensor_value_info("z", onnx.TensorProto.FLOAT, [1, 4, 4, 4])], [w])
+    model = helper.make_model(graph)
+    tf_values = {"X:0": x, "Y:0": y, "Z:0": np.maximum(y, 0)}
+    candidates = {"x": "X:0", "y": "Y:0", "z": "Z:0"}
+    wrong = (0, 2, 3, 1)  # ORT's values are made closest to this layout's transpose of TF's
+    onnx_values = {"x": x.transpose(0, 3, 1, 2), "y": y.transpose(wrong), "z": np.maximum(y, 0).transpose(wrong)}
+    by_value, _ = find_anchors(candidates, tf_values, onnx_values)
+    assert by_value["y"].perm == wrong  # ORT's value alone picks the wrong one: the case this guards
+    anchors, left_out = find_anchors(candidates, tf_values, onnx_values, model)
+    assert not left_out and anchors["x"].perm == (0, 3, 1, 2)
+    assert anchors["y"].perm == (0, 3, 1, 2) and anchors["z"].perm == (0, 3, 1, 2)  # z through y, decided first
+
+
+def test_sigmoid_is_judged_by_its_absolute_error():
+    """ORT's Sigmoid errs by an absolute amount (converters.verification.ABSOLUTE_ERROR_ULPS): on outputs near 0
+    its relative error is unbounded, and per-node verification must not call that a wrong node. A wrong Sigmoid
+    (HardSigmoid in its place) still fails there."""
+    from onnx import helper
+
+    @tf.function(input_signature=[tf.TensorSpec([4096], tf.float32)])
+    def gate(x):
+        return tf.math.sigmoid(x * 1.5) * x
+
+    x = np.linspace(-20.0, 20.0, 4096).astype(np.float32)
+    onnx_model = converters.from_function(gate, gate.input_signature, lowering="standard")
+    report = verify_nodes(onnx_model, gate, inputs=[x], print_table=False)
+    assert report.ok and report.by_type()["Sigmoid"]["checked"] == 1, report.table()
+    wrong = onnx.ModelProto()
+    wrong.CopyFrom(onnx_model)
+    node = next(n for n in wrong.graph.node if n.op_type == "Sigmoid")
+    node.op_type = "HardSigmoid"
+    node.attribute.extend([helper.make_attribute("alpha", 0.2), helper.make_attribute("beta", 0.5)])
+    report = verify_nodes(wrong, gate, inputs=[x], print_table=False)
+    assert not report.ok and report.first_failure.tf_type == "Sigmoid", report.table()
+
+
 def test_shipped_float_mobilenet_step_passes_per_node():
     """The committed MobileNetV2 float training step, per node (where the layout optimizer's renamed Transposes
     and Keras' residual AddN gradients meet)."""
