@@ -439,7 +439,7 @@ def find_anchors(candidates: Dict[str, str], tf_values: dict, onnx_values: dict,
     """({ONNX value: Anchor}, names left out because no layout of the TF tensor matches ONNX's value).
 
     Where two layouts give ONNX's shape (H == W == C), the graph decides when ``model`` is given: the layout of
-    the value's anchored neighbours of the same rank across layout-keeping nodes (``_layout_votes``); ORT's own
+    the value's anchored neighbours of the same rank across layout-keeping nodes (``_resolve_by_graph``); ORT's own
     value decides only where the graph does not (the layout whose transpose of TF's value is closest to it).
     ORT's value alone misleads where it is far from TF's anyway: a training step's values after a ReLU mask
     flipped, which per-node verification exists to tell apart from a wrong node."""
@@ -792,9 +792,10 @@ def verify_nodes(onnx_model, tf_fn, inputs=None, seed: int = 0, rtol: Optional[f
                 check = judge_quantizer(out, expected, values[out], anchor.to_onnx_layout(ties),
                                         anchor.to_onnx_layout(np.ascontiguousarray(steps)))
             else:
-                extra = absolute_error_atol(node.op_type, expected.dtype) if not exact else 0.0
+                # (an exact judgment ignores atol)
                 check = judge_output(out, expected, values[out], exact, rtol, sum_rtol,
-                                     (atol or 0.0) + extra if extra else atol, magnitudes.get(out))
+                                     (atol or 0.0) + absolute_error_atol(node.op_type, expected.dtype),
+                                     magnitudes.get(out))
             layout = "as TF" if anchor.perm is None and anchor.shape is None else \
                 f"TF transposed {list(anchor.perm)}" if anchor.perm is not None else f"TF reshaped {list(anchor.shape)}"
             op = through_identities(tensor).op
