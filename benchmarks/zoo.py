@@ -3,7 +3,7 @@
     # from the repository root (pip install ".[test,zoo]" first; scripts/setup.sh does):
     PYTHONPATH=. python benchmarks/zoo.py [--models NAME ...] [--size 96] [--graphs inference train]
                                           [--lowerings custom standard] [--no-timing] [--threads 2] [--repeat 10]
-                                          [--passes 2] [--per-node] [--markdown docs/zoo.md] [--work build/zoo]
+                                          [--passes 2] [--tf-onednn 0|1] [--per-node] [--markdown docs/zoo.md] [--work build/zoo]
 
 The models are built from the libraries users have, with ``weights=None`` and seeded: keras.applications
 (Keras 3: MobileNetV2, MobileNetV3Small, EfficientNetB0, ConvNeXtTiny), keras_hub (``MobileNetBackbone`` from
@@ -17,7 +17,8 @@ converts the saved file (``python -m converters --keras FILE``) with ``--verify`
 kernels, TF's oneDNN spread beside it; ``--per-node`` adds ``--verify-nodes``); the table gives its
 conversion time, node and Transpose counts and verdict. tf2onnx alone (``tf2onnx.convert.from_keras``'s route,
 from the same frozen function) converts the inference graph as the baseline. With timing on, TF (a
-tf.function of the model, ``TF_ENABLE_ONEDNN_OPTS`` as the table says), and ONNX Runtime running each
+tf.function of the model, its kernels pinned by --tf-onednn: by default what TF 2.21 picks on this CPU, oneDNN
+with AVX-512 and Eigen without, named in the machine line), and ONNX Runtime running each
 inference model, are timed at batches 1 and 8 with the same thread count, each runtime in a process of its
 own, --passes passes in turn, the fastest pass's median kept (benchmarks/bench_ops.py's loop). Timings hold
 for the machine printed above the table only.
@@ -102,23 +103,11 @@ MODELS = ("keras.MobileNetV2", "keras.MobileNetV3Small", "keras.EfficientNetB0",
 
 
 def images(batch: int, size: int, seed: int = SEED):
-    """Crops of scikit-learn's two sample photographs, resized to ``size``, in [0, 1] then scaled as
-    keras.applications' MobileNet preprocessing ([-1, 1])."""
-    import numpy as np
-    from sklearn.datasets import load_sample_images
+    """Crops of scikit-learn's two sample photographs (models/data.py), scaled as keras.applications' MobileNet
+    preprocessing does ([-1, 1])."""
+    from models.data import photographs
 
-    photos = load_sample_images().images
-    rng = np.random.default_rng(seed)
-    out = []
-    for i in range(batch):
-        photo = photos[i % len(photos)]
-        h, w = photo.shape[:2]
-        side = int(rng.integers(min(h, w) // 3, min(h, w)))
-        top, left = int(rng.integers(0, h - side + 1)), int(rng.integers(0, w - side + 1))
-        rows = top + (np.arange(size) * side) // size
-        cols = left + (np.arange(size) * side) // size
-        out.append(photo[rows][:, cols])
-    return (np.stack(out).astype(np.float32) / 127.5 - 1.0)
+    return photographs(batch, size, seed) * 2.0 - 1.0
 
 
 def calibrate(model, size: int) -> None:
@@ -172,7 +161,7 @@ def make(name: str, size: int, work: str) -> dict:
     try:
         info["tf2onnx"] = _tf2onnx(path, stem + ".tf2onnx.onnx")
     except Exception as e:  # noqa: BLE001 - the baseline's failure is a result, shown in the table
-        info["tf2onnx_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+        info["tf2onnx_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
     return info
 
 
@@ -186,7 +175,17 @@ def _tf2onnx(path: str, out: str) -> dict:
     function, signature = _inference(path)
     t = time.perf_counter()
     onnx_model, _ = tf2onnx.convert.from_function(function, input_signature=signature, opset=17, output_path=out)
-    return {"onnx": out, "seconds": time.perf_counter() - t, **_graph_counts(onnx_model)}
+    seconds = time.perf_counter() - t
+    extra = [i.name for i in onnx_model.graph.input][len(signature):]
+    if extra:
+        # (EfficientNet's Normalization layer: tf2onnx leaves its mean and variance as graph inputs)
+        raise ValueError(f"its model asks for {len(extra)} input(s) beyond the image, values TF held: "
+                         + ", ".join(extra[:3]))
+    import onnxruntime as ort
+
+    # (ConvNeXt: tf2onnx leaves Keras 3's grouped convolutions as StatefulPartitionedCall nodes, no ONNX op)
+    ort.InferenceSession(out, providers=["CPUExecutionProvider"])
+    return {"onnx": out, "seconds": seconds, **_graph_counts(onnx_model)}
 
 
 def _inference(path: str):
@@ -282,26 +281,37 @@ def timed(runners: dict, args, size: int) -> dict:
                         str(args.threads), "--repeat", str(args.repeat), "--size", str(size),
                         "--batches", *map(str, args.batches)]
                 for label, runner in runners.items()}
-    return fastest_in_children(commands, args.passes, dict(os.environ, PYTHONPATH=REPO))
+    return fastest_in_children(commands, args.passes,
+                               dict(os.environ, PYTHONPATH=REPO, TF_ENABLE_ONEDNN_OPTS=args.tf_onednn))
 
 
 # ----------------------------------------------------------------------------------------------- report
 
-def machine() -> str:
+def _cpu() -> tuple:
+    """(model name, /proc/cpuinfo's text or "")."""
+    if not os.path.exists("/proc/cpuinfo"):
+        return platform.processor(), ""
+    text = open("/proc/cpuinfo").read()
+    name = next((l.split(":", 1)[1].strip() for l in text.splitlines() if l.startswith("model name")), "")
+    return name or platform.processor(), text
+
+
+def default_onednn() -> str:
+    """TF_ENABLE_ONEDNN_OPTS as TF 2.21 decides it when unset: oneDNN on CPUs with AVX-512, Eigen elsewhere."""
+    return "1" if "avx512f" in _cpu()[1] else "0"
+
+
+def machine(onednn: str) -> str:
     import onnxruntime as ort
 
-    cpu = platform.processor()
-    flags = ""
-    if os.path.exists("/proc/cpuinfo"):
-        text = open("/proc/cpuinfo").read()
-        cpu = next((l.split(":", 1)[1].strip() for l in text.splitlines() if l.startswith("model name")), cpu)
-        flags = text
+    cpu, flags = _cpu()
     isa = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "SSE"
     vnni = " VNNI" if "avx512_vnni" in flags else ""
     import tensorflow as tf
 
-    return (f"{cpu} ({isa}{vnni}), {os.cpu_count()} logical CPUs; TensorFlow {tf.__version__} "
-            f"(TF_ENABLE_ONEDNN_OPTS={os.environ.get('TF_ENABLE_ONEDNN_OPTS', 'unset')}), onnxruntime {ort.__version__}")
+    kernels = "oneDNN" if onednn == "1" else "Eigen"
+    return (f"{cpu} ({isa}{vnni}), {os.cpu_count()} logical CPUs; TensorFlow {tf.__version__} timed with its "
+            f"{kernels} kernels (TF_ENABLE_ONEDNN_OPTS={onednn}), onnxruntime {ort.__version__}")
 
 
 def table(rows: list, timing: dict, args) -> str:
@@ -343,12 +353,16 @@ def main(argv=None) -> int:
     p.add_argument("--batches", type=int, nargs="+", default=[1, 8])
     p.add_argument("--repeat", type=int, default=10)
     p.add_argument("--passes", type=int, default=2)
+    p.add_argument("--tf-onednn", choices=("0", "1"), default=None,
+                   help="TF's kernels when timed: 1 oneDNN, 0 Eigen (default: what TF picks on this CPU)")
     p.add_argument("--work", default=os.path.join(REPO, "build", "zoo"))
     p.add_argument("--markdown", help="write the table (with the machine line) to this file")
     p.add_argument("--json", help="write every result to this file")
     p.add_argument("--make", help=argparse.SUPPRESS)  # a child's job: build and save one model
     p.add_argument("--time-runner", help=argparse.SUPPRESS)  # a child's job: time one runtime
     args = p.parse_args(argv)
+    if args.tf_onednn is None:
+        args.tf_onednn = default_onednn()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if args.time_runner:
         time_runner(args)
@@ -396,7 +410,7 @@ def main(argv=None) -> int:
             for label, ms in timed(runners, args, size).items():
                 timing[name, label] = ms
                 print(f"  {label}: " + ", ".join(f"batch {b} {v:.2f} ms" for b, v in ms.items()), flush=True)
-    text = (f"Machine: {machine()}; {args.threads} threads; input: the image size (square, 3 channels).\n\n"
+    text = (f"Machine: {machine(args.tf_onednn)}; {args.threads} threads; input: the image size (square, 3 channels).\n\n"
             + table(rows, timing, args))
     print("\n" + text)
     if args.markdown:

@@ -1,7 +1,8 @@
-"""Seeded inputs for an example model from its input declarations, by models/run_all.py's rules: ``images``
-uniform in [0, 1), integer inputs (labels) in [0, 10), anything else (the qdq model's ``x``) standard normal
-clipped to [-2.5, 2.5]; dimensions the model leaves free get ``free_dim``. Used where a model is run without
-its run_all entry (tests/test_concurrency.py, benchmarks/soak.py)."""
+"""Seeded random inputs for an example model from its input declarations alone: ``images`` uniform in [0, 1)
+(the range of the digits the examples were trained on, models/data.py), integer inputs (labels) in [0, 10),
+anything else (the qdq model's ``x``) standard normal clipped to [-2.5, 2.5]; dimensions the model leaves free get
+``free_dim``. Used where a model is run without its run_all entry, which feeds real images instead
+(tests/test_concurrency.py, benchmarks/soak.py)."""
 from __future__ import annotations
 
 import numpy as np

@@ -2,13 +2,17 @@
 
     PYTHONPATH=. python -m models.make_models [--only NAME ...]
 
-- mobilenet_v2_qat: tfmot's quantize_model on tf_keras' MobileNetV2 (alpha 0.35, 96x96, 10 classes, seeded
-  random init, 3 SGD steps), models/tfmot_models.py. Signatures: serving_default (images [batch, 96, 96, 3]
-  -> logits), train_step (images [8, 96, 96, 3], labels [8] -> loss and the gradient of every trainable
-  variable; assigns the batch-norm moving statistics and tfmot's ranges), saliency (images [batch, ...] ->
-  logits and d(top class score)/d(images)).
-- mobilenet_v2_float: the same MobileNetV2 without quantize_model (same seed, same warm-up), train_step only:
-  the float control for the quantized training step.
+Every network is trained on scikit-learn's digits (models/data.py: 1,437 training images, 360 held out,
+upsampled to the network's input size) and gets its signatures from models/graphs.py; each classifier's
+held-out accuracy in TF is printed.
+
+- mobilenet_v2_qat: tfmot's quantize_model on tf_keras' MobileNetV2 (alpha 0.35, 96x96, 10 classes, seeded,
+  trained in float, then fine-tuned quantization-aware), models/tfmot_models.py. Signatures: serving_default
+  (images [batch, 96, 96, 3] -> logits), train_step (images [8, 96, 96, 3], labels [8] -> loss and the
+  gradient of every trainable variable; assigns the batch-norm moving statistics and tfmot's ranges), saliency
+  (images [batch, ...] -> logits and d(top class score)/d(images)).
+- mobilenet_v2_float: the float MobileNetV2 that mobilenet_v2_qat started from, train_step only: the float
+  control for the quantized training step.
 - fourbit_cnn: a small CNN with a custom tfmot QuantizeConfig (4-bit weights, 8-bit activations):
   serving_default and train_step (images [8, 16, 16, 3], labels [8]).
 - cnn_train_step_float: the hand-made CNN of models/qat_network.py without activation quantizers,
@@ -17,7 +21,7 @@
   does not use these ops).
 - keras3_qat: a small Keras 3 (``import keras``) CNN quantized with Keras 3's own keras.quantizers
   (8-bit activations, 4-bit narrow-range per-channel weights, all ranges trainable), models/keras3_qat.py,
-  after 20 steps of its Keras 3 SGD optimizer (momentum 0.9). Signatures: serving_default (images
+  trained by its own train_step signature (Keras 3 SGD with momentum 0.9). Signatures: serving_default (images
   [batch, 32, 32, 3] -> logits), train_step (images [8, 32, 32, 3], labels [8] -> loss and every gradient;
   the optimizer then assigns the weights, ranges, momentum slots and its iteration count, and batch norm
   the moving statistics), saliency (images -> logits and d(top class score)/d(images)).
@@ -28,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
 from pathlib import Path
 
@@ -38,12 +41,11 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tf_keras  # noqa: E402
 
-from models import keras3_qat, qat_network, tfmot_models  # noqa: E402
+from models import data, graphs, keras3_qat, qat_network, tfmot_models  # noqa: E402
 
 MODELS_DIR = Path(__file__).resolve().parent
 SEED = 1234
-TRAIN_BATCH = 8
-WARMUP_STEPS = 30
+CNN_EPOCHS = 10
 
 
 def saved_model_dir(name: str) -> Path:
@@ -51,57 +53,32 @@ def saved_model_dir(name: str) -> Path:
 
 
 def build_trained_qat_cnn(quantize_activations=True) -> qat_network.QatCnn:
-    """The network after a few SGD steps on random data, so that the batch-norm moving statistics,
-    the learned activation ranges and the weights are all non-trivial."""
+    """The network after ``CNN_EPOCHS`` of Adam on scikit-learn's digits (models/data.py), its weight ranges
+    following its kernels, so that the batch-norm moving statistics, the learned activation ranges and the
+    weights are all trained."""
     tf_keras.utils.set_random_seed(SEED)
     model = qat_network.QatCnn(quantize_activations=quantize_activations, name="qat_cnn")
-    for bn in model.batch_norms():
-        bn.momentum = 0.8  # a few warm-up steps move the moving statistics far from (0, 1)
-    rng = np.random.default_rng(SEED)
     model(tf.zeros((1,) + qat_network.IMAGE_SHAPE), training=False)
-    optimizer = tf_keras.optimizers.SGD(learning_rate=0.05)
-    for _ in range(WARMUP_STEPS):
-        for layer in model.weight_quantized():
-            layer.set_range_from_kernel()
-        images = rng.uniform(0.0, 1.0, (16,) + qat_network.IMAGE_SHAPE).astype(np.float32)
-        # Labels that depend on the images, so training has something to learn.
-        labels = (images.mean(axis=(1, 2)) @ np.arange(1, 4, dtype=np.float32) * 3).astype(np.int32) % 10
+    optimizer = tf_keras.optimizers.Adam(learning_rate=5e-3)
+
+    @tf.function
+    def step(images, labels):
         with tf.GradientTape() as tape:
             loss = qat_network.cross_entropy(model(images, training=True), labels)
         grads = tape.gradient(loss, model.trainable_variables)
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
-    for layer in model.weight_quantized():
-        layer.set_range_from_kernel()
+
+    def set_ranges():  # eagerly, from the kernels' values, as tfmot's LastValueQuantizer would
+        for layer in model.weight_quantized():
+            layer.set_range_from_kernel()
+
+    set_ranges()
+    graphs.fit(step, data.digits(qat_network.IMAGE_SHAPE[0]), CNN_EPOCHS, 32, SEED, after_step=set_ranges)
     return model
 
 
-def output_key(variable) -> str:
-    """A signature output name for a variable's gradient, e.g. 'grad_conv1_kernel'."""
-    layer_path = variable.name.split(":")[0].split("/")[1:]  # drop the model's own name scope
-    return "grad_" + re.sub(r"[^0-9A-Za-z]+", "_", "/".join(layer_path)).strip("_")
-
-
-class QatCnnTrainStep(tf.Module):
-    """loss and gradients of one training step (which also assigns the batch-norm moving statistics)."""
-
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-
-    @tf.function(
-        input_signature=[
-            tf.TensorSpec((TRAIN_BATCH,) + qat_network.IMAGE_SHAPE, tf.float32, name="images"),
-            tf.TensorSpec((TRAIN_BATCH,), tf.int32, name="labels"),
-        ]
-    )
-    def train_step(self, images, labels):
-        variables = self.model.trainable_variables
-        with tf.GradientTape() as tape:
-            loss = qat_network.cross_entropy(self.model(images, training=True), labels)
-        grads = tape.gradient(loss, variables)
-        out = {"loss": loss}
-        out.update({output_key(v): g for v, g in zip(variables, grads)})
-        return out
+def _cross_entropy(labels, logits):
+    return qat_network.cross_entropy(logits, labels)
 
 
 QDQ_SHAPE = (2, 6, 6, 4)
@@ -155,29 +132,38 @@ def save(module, name, signatures):
         shutil.rmtree(path)
     tf.saved_model.save(module, str(path), signatures=signatures)
     size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
-    print(f"wrote {path.relative_to(MODELS_DIR.parent)} ({size / 1024:.0f} KiB)")
+    held_out = ""
+    if "serving_default" in signatures and isinstance(module, graphs.ClassifierGraphs):
+        split = data.digits(int(module.serve.input_signature[0].shape[1]))
+        held_out = f", held-out accuracy {graphs.accuracy(module.serve, split.test_images, split.test_labels):.1%}"
+    print(f"wrote {path.relative_to(MODELS_DIR.parent)} ({size / 1024:.0f} KiB{held_out})", flush=True)
     return path
 
 
+def _tfmot_graphs(model, shape):
+    return graphs.ClassifierGraphs(model, shape, tfmot_models.loss_fn)
+
+
 def make_mobilenet_v2_qat():
-    graphs = tfmot_models.QuantizedModelGraphs(tfmot_models.quantized_mobilenet_v2(), tfmot_models.MOBILENET_SHAPE)
-    save(graphs, "mobilenet_v2_qat", graphs.signatures())
+    module = _tfmot_graphs(tfmot_models.quantized_mobilenet_v2(), tfmot_models.MOBILENET_SHAPE)
+    save(module, "mobilenet_v2_qat", module.signatures())
 
 
 def make_mobilenet_v2_float():
-    graphs = tfmot_models.QuantizedModelGraphs(tfmot_models.float_mobilenet_v2(), tfmot_models.MOBILENET_SHAPE)
-    save(graphs, "mobilenet_v2_float", {"train_step": graphs.train_step})
+    module = _tfmot_graphs(tfmot_models.float_mobilenet_v2(), tfmot_models.MOBILENET_SHAPE)
+    save(module, "mobilenet_v2_float", {"train_step": module.train_step})
 
 
 def make_fourbit_cnn():
-    graphs = tfmot_models.QuantizedModelGraphs(tfmot_models.fourbit_cnn(), tfmot_models.CNN_SHAPE)
-    signatures = graphs.signatures()
+    module = _tfmot_graphs(tfmot_models.fourbit_cnn(), tfmot_models.CNN_SHAPE)
+    signatures = module.signatures()
     del signatures["saliency"]
-    save(graphs, "fourbit_cnn", signatures)
+    save(module, "fourbit_cnn", signatures)
 
 
 def make_cnn_train_step_float():
-    module = QatCnnTrainStep(build_trained_qat_cnn(quantize_activations=False))
+    module = graphs.ClassifierGraphs(build_trained_qat_cnn(quantize_activations=False), qat_network.IMAGE_SHAPE,
+                                     _cross_entropy)
     save(module, "cnn_train_step_float", {"serving_default": module.train_step})
 
 
@@ -187,8 +173,8 @@ def make_qdq():
 
 
 def make_keras3_qat():
-    graphs = keras3_qat.trained_graphs()
-    save(graphs, "keras3_qat", graphs.signatures())
+    module = keras3_qat.trained_graphs()
+    save(module, "keras3_qat", module.signatures())
 
 
 MAKERS = {

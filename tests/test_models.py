@@ -204,3 +204,84 @@ def test_train_step_updates_are_outputs(name):
         assert not run_all.compare_update(example, var, before, after, before).ok, var
 
 
+
+
+# Inference graphs whose committed files take images: each output must depend on the image.
+IMAGE_INFERENCE = [e.name for e in run_all.EXAMPLES if e.signature in ("serving_default", "saliency")
+                   and e.name != "qdq" and "train_step" not in e.name]
+
+
+@pytest.mark.parametrize("lowering", run_all.LOWERINGS)
+@pytest.mark.parametrize("name", IMAGE_INFERENCE)
+def test_shipped_inference_outputs_vary_across_images(name, lowering):
+    """A shipped inference model gives each of 16 real images (held-out digits and crops of the sample
+    photographs) its own output: a model whose output does not depend on its input proves nothing."""
+    from models import data
+
+    example = run_all.EXAMPLES_BY_NAME[name]
+    model = _committed(example, lowering)
+    size = model.graph.input[0].type.tensor_type.shape.dim[1].dim_value
+    images = np.concatenate([data.digits(size).test_images[:8], data.photographs(8, size)])
+    sess = run_all.session(model, log_severity_level=3)
+    outputs = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, {sess.get_inputs()[0].name: images})))
+    for output, value in outputs.items():
+        rows = value.reshape(len(images), -1)
+        assert len(np.unique(rows, axis=0)) == len(images), f"{name} {lowering}: {output} repeats across images"
+    logits = outputs["logits"]
+    assert len(np.unique(logits[:8].argmax(axis=-1))) > 2, f"{name} {lowering}: the digits get one or two classes"
+
+
+# The held-out accuracy each trained classifier reaches in TF (docs/examples.md states the measured values).
+MIN_HELD_OUT_ACCURACY = {"mobilenet_v2_qat": 0.9, "fourbit_cnn": 0.8, "keras3_qat": 0.9}
+
+
+@pytest.mark.parametrize("name", sorted(MIN_HELD_OUT_ACCURACY))
+def test_classifiers_are_trained(name):
+    """Trained on the digits: far above chance (10%) on the held-out images in TF, and each lowering's
+    committed file agrees with TF's predictions to the share run_all requires (its HeldOut judgment)."""
+    example, _, tf_run = _tf_run(name)
+    assert tf_run.held_out.accuracy >= MIN_HELD_OUT_ACCURACY[name], tf_run.held_out.describe()
+    for lowering in run_all.LOWERINGS:
+        sess = run_all.session(_committed(example, lowering), log_severity_level=3)
+        held_out = tf_run.judge_held_out(example, run_all._ort_classifier(sess))
+        assert held_out.ok, f"{lowering}: {held_out.describe()}"
+
+
+def test_held_out_judgment_rejects_a_constant_classifier():
+    """The agreement check cannot pass a model whose output ignores its input, even where TF's predictions are
+    all one class; nor one that disagrees with TF."""
+    labels = np.arange(20) % 10
+    constant = run_all.HeldOut(np.tile(np.eye(10)[3], (20, 1)), labels, np.full(20, 3), 0.9)
+    assert constant.agreement == 1.0 and not constant.ok
+    varied = run_all.HeldOut(np.eye(10)[labels], labels, labels, 0.9)
+    assert varied.ok and varied.accuracy == 1.0
+    wrong = run_all.HeldOut(np.eye(10)[(labels + 1) % 10], labels, labels, 0.9)
+    assert not wrong.ok
+
+
+# Each state variable's initial value: batch norm's (0, 1), tfmot's MovingAverageQuantizer (-6, 6), and the Keras 3
+# example's trainable ranges (models/keras3_qat.py: [0, 2] after each ReLU6, [-2, 2] for the logits).
+_INITIAL_STATE = (
+    (r"moving_mean$", (0.0,)),
+    (r"moving_variance$", (1.0,)),
+    (r"(post_activation|output)_(min|max)$", (-6.0, 6.0)),
+    (r"(conv1|dw|pw|logits)_quant/range_max$", (2.0,)),
+)
+
+
+@pytest.mark.parametrize("name", sorted(MIN_HELD_OUT_ACCURACY))
+def test_trained_state_moved_from_its_initial_values(name):
+    """Training moved the moving statistics and the quantization ranges: a model whose ranges stayed at their
+    initial values saturates (the degenerate example this replaced gave every image the same logits)."""
+    import tensorflow as tf
+
+    loaded = tf.saved_model.load(str(run_all.EXAMPLES_BY_NAME[name].saved_model))
+    values = {v.name.split(":")[0]: v.numpy() for v in loaded.model_variables}
+    checked = 0
+    for pattern, initial in _INITIAL_STATE:
+        state = {k: v for k, v in values.items() if re.search(pattern, k)}
+        moved = [k for k, v in state.items() if not np.isin(v, initial).all()]
+        # Most of them: a range whose gradient is 0 (beyond a ReLU, nothing below 0) keeps its initial end.
+        assert len(moved) >= 0.75 * len(state), (pattern, sorted(set(state) - set(moved)))
+        checked += len(state)
+    assert checked >= 8, sorted(values)

@@ -10,7 +10,7 @@ move off their initial values), then for each graph and lowering: the conversion
 against TF (Eigen kernels, pinned here):
 * inference (``training=False``): ``converters.verify``'s judgement (bit-exact quantization outputs, a float
   tolerance otherwise) and the number of differing outputs;
-* train: one training step (``models.tfmot_models.QuantizedModelGraphs``), converted before TF runs it (the step
+* train: one training step (``models.graphs.ClassifierGraphs``), converted before TF runs it (the step
   assigns variables), its loss in both runtimes and the median normwise error of the gradients;
 * saliency: d(top class score)/d(images), normwise.
 Dropout is off (rate 0): a training step's random masks cannot agree between two runtimes.
@@ -121,9 +121,10 @@ def probe_gradients(name, quantized, model, lowerings, graphs):
 
     import converters
     from converters.verification import normwise_error, run_onnx
-    from models.tfmot_models import QuantizedModelGraphs
+    from models.graphs import ClassifierGraphs
+    from models.tfmot_models import loss_fn
 
-    functions = QuantizedModelGraphs(model, tuple(model.input_shape[1:]), train_batch=BATCH)
+    functions = ClassifierGraphs(model, tuple(model.input_shape[1:]), loss_fn, train_batch=BATCH)
     images, labels = inputs(model)
     chosen = [g for g in (("train", functions.train_step, [images, labels]),
                           ("saliency", functions.saliency, [images])) if g[0] in graphs]
@@ -159,9 +160,9 @@ def tf_spread(name: str, quantized: bool) -> str:
         path = os.path.join(tempfile.gettempdir(), f"probe_applications_{os.getpid()}_{onednn}.npz")
         env = dict(os.environ, TF_ENABLE_ONEDNN_OPTS=onednn)
         code = ("import sys, numpy as np, tensorflow as tf; from tools.probe_applications import build, inputs; "
-                "from models.tfmot_models import QuantizedModelGraphs; "
+                "from models.graphs import ClassifierGraphs; from models.tfmot_models import loss_fn; "
                 f"m, _ = build({name!r}, {quantized}); i, l = inputs(m); "
-                "f = QuantizedModelGraphs(m, tuple(m.input_shape[1:]), train_batch=len(i)).train_step; "
+                "f = ClassifierGraphs(m, tuple(m.input_shape[1:]), loss_fn, train_batch=len(i)).train_step; "
                 "r = f(tf.constant(i), tf.constant(l)); np.savez(sys.argv[1], **{k: v.numpy() for k, v in r.items()})")
         subprocess.run([sys.executable, "-c", code, path], env=env, check=True, capture_output=True)
         outputs[onednn] = dict(np.load(path))
