@@ -204,6 +204,30 @@ def _graph_counts(model) -> dict:
     return {"nodes": len(types), "transposes": types.count("Transpose")}
 
 
+def graph_signature(model) -> str:
+    """A digest of what ONNX Runtime computes from ``model``: every node's op, domain and attributes in order, with
+    the graph's wiring by position and the initializers' bytes; node and value names left out."""
+    import hashlib
+
+    digest, ids = hashlib.sha256(), {}
+
+    def value(name):
+        return ids.setdefault(name, len(ids)) if name else -1
+
+    for tensor in model.graph.initializer:
+        value(tensor.name)
+        digest.update(tensor.raw_data or tensor.SerializeToString())
+    for i in model.graph.input:
+        value(i.name)
+    for node in model.graph.node:
+        attributes = sorted((a.name, a.SerializeToString()) for a in node.attribute)
+        digest.update(repr((node.domain, node.op_type, [value(x) for x in node.input], attributes)).encode())
+        for out in node.output:
+            value(out)
+    digest.update(repr([value(o.name) for o in model.graph.output]).encode())
+    return digest.hexdigest()
+
+
 # ----------------------------------------------------------------------------------------------- the CLI
 
 def convert(info: dict, graph: str, lowering: str, per_node: bool, work: str) -> dict:
@@ -223,7 +247,8 @@ def convert(info: dict, graph: str, lowering: str, per_node: bool, work: str) ->
     seconds = time.perf_counter() - t
     result = {"seconds": seconds, "returncode": proc.returncode, "traceback": "Traceback" in proc.stderr}
     if proc.returncode in (0, EXIT_VERIFY_FAILED) and os.path.exists(out):
-        result.update(onnx=out, **_graph_counts(onnx.load(out)))
+        model = onnx.load(out)
+        result.update(onnx=out, signature=graph_signature(model), **_graph_counts(model))
         end_to_end = "verification passed" in proc.stdout.split("per-node verification")[0]
         if per_node:
             result["per_node"] = "passed" if "per-node verification passed" in proc.stdout else "FAILED"
@@ -315,6 +340,7 @@ def machine(onednn: str) -> str:
 
 
 def table(rows: list, timing: dict, args) -> str:
+    same_as = {(r["model"], r["graph"]): r.get("signature") for r in rows if r["label"] == "standard"}
     lines = ["| model | input | graph | lowering | convert s | nodes | Transposes | verify | "
              + " | ".join(f"ms batch {b}" for b in args.batches) + " |",
              "|---|---|---|---|---|---|---|---|" + "---|" * len(args.batches)]
@@ -335,6 +361,8 @@ def table(rows: list, timing: dict, args) -> str:
             verdict += f", per node {r['per_node']}"
         if r.get("traceback"):
             verdict += ", traceback printed"
+        if r["label"] == "custom" and r.get("signature") and r["signature"] == same_as.get((r["model"], r["graph"])):
+            verdict += " (the standard lowering's graph: names aside, the same nodes)"
         lines.append(f"| {r['model']} | {r.get('size', '-')} | {r['graph']} | {r['label']} | {r.get('seconds', 0):.1f} "
                      f"| {r.get('nodes', '-')} "
                      f"| {r.get('transposes', '-')} | {verdict} | " + " | ".join(cells) + " |")
@@ -401,7 +429,7 @@ def main(argv=None) -> int:
         if "inference" in args.graphs:
             base = info.get("tf2onnx")
             rows.append({"model": name, "size": size, "graph": "inference", "label": "tf2onnx",
-                         "verdict": "baseline" if base else "tf2onnx failed: " + info.get("tf2onnx_error", ""),
+                         "verdict": "baseline" if base else "tf2onnx failed: " + info.get("tf2onnx_error", "")[:160],
                          **(base or {})})
             if base:
                 runners["tf2onnx"] = base["onnx"]

@@ -3,7 +3,7 @@
 An :class:`OpSpec` names an op's inputs, outputs, attributes and element types in TensorFlow's
 terms, and points at the two pieces of behaviour that cannot be tabulated: the shape function
 and the NumPy reference kernel. Everything else -- the onnx schemas (``schemas.py``), the
-reference evaluator (``evaluator.py``), the generated op reference in the README (``docs.py``),
+reference evaluator (``evaluator.py``), the generated op reference in docs/ops.md (``docs.py``),
 the C++ op table ``cpp_ops/src/ort/op_table.generated.h`` (written by ``codegen.py``; the C++
 adapters read their attribute defaults from it) and the converters -- is derived from these objects.
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Serves every bundled custom-lowering model (models/*/model.custom.onnx) through Triton Inference Server's
-# ONNX Runtime backend on the CPU, with the README's config.pbtxt (model_operations naming the installed
+# ONNX Runtime backend on the CPU, with docs/serving.md's config.pbtxt (model_operations naming the installed
 # libort_tf_ops.so), sends each model requests from several concurrent clients (tritonclient[http]) and
 # requires every response to be bit-identical to Python onnxruntime with the library on the same inputs. A
 # repository entry without model_operations must fail to load, the server's load error naming the op.

@@ -32,7 +32,7 @@ class Deviation(NamedTuple):
     name: str
     op: str
     note_contains: str  # selects the golden error cases it covers, by their note
-    documented: str  # a prefix of one of the op spec's ``deviations`` (shown in the README)
+    documented: str  # a prefix of one of the op spec's ``deviations`` (shown in docs/ops.md)
 
 
 # Every TF-rejected golden case currently ends in an ORT error, so none is needed. An entry added here must

@@ -1,7 +1,7 @@
 """The specs are the one source of truth: an attribute added to one op's spec reaches every consumer
 that is derived from specs (schema, op reference, C++ op table, the converters' attribute reading, the
 validation entry point) with no edit anywhere else. Only the op's kernels, which give it meaning, and
-the generated files (README's op reference, the C++ table) change with it."""
+the generated files (docs/ops.md's op reference, the C++ table) change with it."""
 import dataclasses
 
 import numpy as np

@@ -34,5 +34,30 @@ def test_zoo_subset(tmp_path):
         row = rows[lowering]
         assert row["verdict"] == "passed" and not row["traceback"], row
         assert row["transposes"] == 1, row
+    # Keras 3 float inference: both lowerings write the same graph (names aside), and the table says so.
+    assert rows["custom"]["signature"] == rows["standard"]["signature"]
+    assert "the standard lowering's graph" in rows_text(tmp_path / "zoo.md", "custom")
     assert rows["tf2onnx"]["verdict"] == "baseline"
     assert "| keras_hub.MobileNetBackbone | 32 | inference | custom |" in (tmp_path / "zoo.md").read_text()
+
+
+def rows_text(markdown: Path, lowering: str) -> str:
+    return next(line for line in markdown.read_text().splitlines() if f"| {lowering} |" in line)
+
+
+def test_graph_signature_ignores_names_not_computation():
+    import onnx
+    from onnx import helper
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from zoo import graph_signature
+
+    def model(node_name, value_name, perm):
+        node = helper.make_node("Transpose", ["x"], [value_name], name=node_name, perm=perm)
+        relu = helper.make_node("Relu", [value_name], ["y"], name=node_name + "_relu")
+        graph = helper.make_graph([node, relu], "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 2, 3])],
+                                  [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 3, 2])])
+        return helper.make_model(graph)
+
+    assert graph_signature(model("a", "t", [0, 2, 1])) == graph_signature(model("b", "u", [0, 2, 1]))
+    assert graph_signature(model("a", "t", [0, 2, 1])) != graph_signature(model("a", "t", [1, 0, 2]))

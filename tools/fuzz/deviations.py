@@ -1,7 +1,7 @@
 """The library's documented deviations from TF, each recognised by name and by a precise predicate.
 
 A disagreement is "documented: <name>" only when an entry here covers its op and its class and its
-predicate holds; every entry quotes (by prefix) one of the op spec's ``deviations``, the texts the README
+predicate holds; every entry quotes (by prefix) one of the op spec's ``deviations``, the texts docs/ops.md
 shows next to the op (``check()`` verifies the quotes). Anything else is a finding.
 """
 from __future__ import annotations

@@ -2,7 +2,7 @@
 onnxruntime gives for them (scripts/triton.sh).
 
 For each model (models/NAME/model.custom.onnx) the repository gets NAME/1/model.onnx and NAME/config.pbtxt,
-the README's configuration generated from the model's inputs and outputs: where every input and output has a
+docs/serving.md's configuration generated from the model's inputs and outputs: where every input and output has a
 free first dim Triton batches it (max_batch_size, dims without that dim, dynamic_batching), else
 max_batch_size 0 and the full dims (a scalar as dims [1], the backend's convention for scalars); instance_group KIND_CPU;
 model_operations naming the library. One more entry, NAME_without_model_operations (fourbit_cnn's), has
@@ -22,7 +22,7 @@ import onnx
 import onnxruntime as ort
 
 DOMAIN = "ai.onnx.converters.tensorflow"
-MAX_BATCH = 64   # as in the README
+MAX_BATCH = 64   # as in docs/serving.md
 TYPES = {  # ONNX element type -> (Triton data type, NumPy dtype)
     onnx.TensorProto.FLOAT: ("TYPE_FP32", np.float32),
     onnx.TensorProto.DOUBLE: ("TYPE_FP64", np.float64),
