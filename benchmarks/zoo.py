@@ -183,8 +183,13 @@ def _tf2onnx(path: str, out: str) -> dict:
                          + ", ".join(extra[:3]))
     import onnxruntime as ort
 
-    # (ConvNeXt: tf2onnx leaves Keras 3's grouped convolutions as StatefulPartitionedCall nodes, no ONNX op)
-    ort.InferenceSession(out, providers=["CPUExecutionProvider"])
+    try:
+        ort.InferenceSession(out, providers=["CPUExecutionProvider"])
+    except Exception as e:  # noqa: BLE001 - ORT's message, shortened, is the finding
+        # (ConvNeXt, keras_hub: tf2onnx leaves Keras 3's grouped convolutions as StatefulPartitionedCall nodes)
+        missing = re.search(r"No Op registered for (\w+)", str(e))
+        what = f"no ONNX op {missing.group(1)} (a TF op tf2onnx left as it was)" if missing else str(e)[-200:]
+        raise ValueError(f"ONNX Runtime cannot load its model: {what}") from None
     return {"onnx": out, "seconds": seconds, **_graph_counts(onnx_model)}
 
 

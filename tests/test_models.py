@@ -224,10 +224,17 @@ def test_shipped_inference_outputs_vary_across_images(name, lowering):
     images = np.concatenate([data.digits(size).test_images[:8], data.photographs(8, size)])
     sess = run_all.session(model, log_severity_level=3)
     outputs = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, {sess.get_inputs()[0].name: images})))
+    logits = outputs["logits"]
     for output, value in outputs.items():
         rows = value.reshape(len(images), -1)
-        assert len(np.unique(rows, axis=0)) == len(images), f"{name} {lowering}: {output} repeats across images"
-    logits = outputs["logits"]
+        if output == "saliency":
+            # An image whose top logit sits at the logits quantizer's maximum (a confident digit) has no gradient
+            # to its score, in TF too: its map is all zeros. The others must each be their own.
+            zero = ~rows.any(axis=1)
+            top = logits.max(axis=1)
+            assert np.all(top[zero] == top.max()) and zero.sum() <= len(images) // 2, (name, lowering, top, zero)
+            rows = rows[~zero]
+        assert len(np.unique(rows, axis=0)) == len(rows), f"{name} {lowering}: {output} repeats across images"
     assert len(np.unique(logits[:8].argmax(axis=-1))) > 2, f"{name} {lowering}: the digits get one or two classes"
 
 

@@ -3,7 +3,8 @@
 keras_hub's MobileNetBackbone built from arguments (MobileNetV3-Small's stacks: hard-swish, squeeze-excite and
 the depthwise convolutions Keras 3 writes as grouped Conv2D), calibrated on scikit-learn's sample photographs,
 converted by the CLI in both lowerings and verified against TF: it passes, prints no traceback, and keeps one
-Transpose (the input image's); tf2onnx's own conversion of it runs as the baseline.
+Transpose (the input image's), and writes the same graph in both (names aside); tf2onnx's own conversion of it
+is reported as the model ONNX Runtime cannot load that it is.
 """
 from __future__ import annotations
 
@@ -37,7 +38,10 @@ def test_zoo_subset(tmp_path):
     # Keras 3 float inference: both lowerings write the same graph (names aside), and the table says so.
     assert rows["custom"]["signature"] == rows["standard"]["signature"]
     assert "the standard lowering's graph" in rows_text(tmp_path / "zoo.md", "custom")
-    assert rows["tf2onnx"]["verdict"] == "baseline"
+    # tf2onnx 1.17 alone leaves Keras 3's grouped convolutions as StatefulPartitionedCall nodes: the zoo reports a
+    # model ONNX Runtime cannot load instead of timing it.
+    assert rows["tf2onnx"]["verdict"] == ("tf2onnx failed: ValueError: ONNX Runtime cannot load its model: no ONNX op "
+                                          "StatefulPartitionedCall (a TF op tf2onnx left as it was)"), rows["tf2onnx"]
     assert "| keras_hub.MobileNetBackbone | 32 | inference | custom |" in (tmp_path / "zoo.md").read_text()
 
 
