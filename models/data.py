@@ -55,6 +55,12 @@ def digits(size: int) -> Split:
     return Split(images[train], labels[train], images[test], labels[test])
 
 
+def in_batches(run, images: np.ndarray, batch: int = 120) -> np.ndarray:
+    """``run`` (a batch of images -> an array, e.g. logits) over ``images`` in batches of ``batch``, concatenated:
+    the held-out set through TF or ONNX Runtime without holding all of its activations at once."""
+    return np.concatenate([np.asarray(run(images[i:i + batch])) for i in range(0, len(images), batch)])
+
+
 def photographs(batch: int, size: int, seed: int = 0) -> np.ndarray:
     """``batch`` square crops (side a third of the photograph's height or more, at seeded places), alternating
     between the two photographs, nearest-neighbour resized to ``size``: [batch, size, size, 3] float32 in [0, 1]."""

@@ -17,6 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from converters.keras_models import gradient_output_name
+from models import data
 
 TRAIN_BATCH = 8
 
@@ -92,13 +93,14 @@ def fit(step, split, epochs: int, batch: int, seed: int, after_step=None) -> Non
                 after_step()
 
 
-def predict(serve, images: np.ndarray, batch: int = 120) -> np.ndarray:
+def predict(serve, images: np.ndarray) -> np.ndarray:
     """Logits of ``serve`` (images -> {"logits"} or a tensor) over ``images`` in batches."""
-    out = []
-    for start in range(0, len(images), batch):
-        result = serve(tf.constant(images[start:start + batch]))
-        out.append(np.asarray(result["logits"] if isinstance(result, dict) else result))
-    return np.concatenate(out)
+
+    def logits(batch):
+        result = serve(tf.constant(batch))
+        return result["logits"] if isinstance(result, dict) else result
+
+    return data.in_batches(logits, images)
 
 
 def accuracy(serve, images: np.ndarray, labels: np.ndarray) -> float:

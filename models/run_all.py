@@ -447,15 +447,10 @@ class HeldOut:
         return text
 
 
-HELD_OUT_BATCH = 120
-
-
 def held_out_logits(run, size: int) -> tuple:
     """(logits of ``run`` (images -> logits) over the held-out digits at ``size``, their labels)."""
     split = data.digits(size)
-    logits = [np.asarray(run(split.test_images[i:i + HELD_OUT_BATCH]))
-              for i in range(0, len(split.test_labels), HELD_OUT_BATCH)]
-    return np.concatenate(logits), split.test_labels
+    return data.in_batches(run, split.test_images), split.test_labels
 
 
 def median_time(fn, repeat: int) -> float:
