@@ -78,7 +78,8 @@ def from_concrete_function(
                 raise ValueError("variable_updates and trainable_inputs are not supported for functions that use tables")
             frozen, tables = tf_loader.from_trackable(trackable, concrete_func, input_names, output_names, False)
         else:
-            frozen_state = freeze(concrete_func, input_names, output_names, variable_updates, trainable_inputs)
+            frozen_state = freeze(concrete_func, input_names, output_names, variable_updates, trainable_inputs,
+                                  keep_quantized_constants=lowering == "integer")
             frozen, input_names, output_names = frozen_state.graph_def, frozen_state.input_names, frozen_state.output_names
             renames.update(frozen_state.renames)
     model = convert_frozen_graph(

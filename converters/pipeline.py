@@ -7,6 +7,7 @@ checked for leftover TF ops (converters.completeness).
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Callable, Dict, Optional, Sequence
 
@@ -37,7 +38,7 @@ from ort_ops.model import set_lowest_ir_version
 from ort_ops.schemas import DOMAIN, OPSET_VERSION
 from ort_ops.spec import OpError
 
-LOWERINGS = ("custom", "standard")
+LOWERINGS = ("custom", "standard", "integer")
 DEFAULT_OPSET = 17
 
 logger = logging.getLogger(__name__)
@@ -97,7 +98,10 @@ def _family_handlers(lowering: str, failures: list, graph_facts: dict) -> dict:
             # Undo the shielding: from here on the node is the TF op again.
             node.type = op_type
             try:
-                if table is None and op_type == "DepthwiseConv2dNative" and standard_conv_for_depthwise(
+                if lowering == "integer":
+                    # Every family node as the domain's, which converters.integer then rewrites as QDQ.
+                    lower_to_custom_node(ctx, node, op_type)
+                elif table is None and op_type == "DepthwiseConv2dNative" and standard_conv_for_depthwise(
                         ctx, node, graph_facts.get("keep_domain_depthwise", True)):
                     try:
                         _standard_lowerings()[op_type](ctx, node)
@@ -124,7 +128,7 @@ def _family_handlers(lowering: str, failures: list, graph_facts: dict) -> dict:
     return handlers
 
 
-def _optimize(g, fold_batch_norm: bool = False):
+def _optimize(g, fold_batch_norm: bool = False, fuse_family: bool = True):
     """tf2onnx's optimizers, as tf2onnx.convert runs them, with one copy of the graph instead of dozens,
     the transpose optimizer taught our ops (converters.layout) and our fusions (converters.fusions).
 
@@ -146,9 +150,10 @@ def _optimize(g, fold_batch_norm: bool = False):
     passes["pad_into_depthwise"] = pad_into_depthwise_class()
     if fold_batch_norm:
         passes["fold_batch_norm"] = fold_batch_norm_class()
-    # After the folding: a batch norm folded into its convolution leaves nothing to fuse here.
-    passes["batch_norm_clip_fake_quant"] = batch_norm_clip_fake_quant_class()
-    passes["merge_clips"] = merge_clips_class()
+    if fuse_family:  # the integer lowering reads the family's nodes one by one (converters.integer)
+        # After the folding: a batch norm folded into its convolution leaves nothing to fuse here.
+        passes["batch_norm_clip_fake_quant"] = batch_norm_clip_fake_quant_class()
+        passes["merge_clips"] = merge_clips_class()
     backup = copy.deepcopy(g)
     try:
         with linear_graph(g, optimizing=True):
@@ -221,14 +226,25 @@ def convert_frozen_graph(
     graph_facts: dict = {}
     handlers = _family_handlers(lowering, failures, graph_facts)
     handlers.update(float8.cast_handlers(failures))
-    extra_opset = [utils.make_opsetid(DOMAIN, OPSET_VERSION)] if lowering == "custom" else []
+    if lowering == "integer":
+        from converters.integer import check_integer_opset, refuse_training_graph
+
+        opset = check_integer_opset(opset)
+    extra_opset = [utils.make_opsetid(DOMAIN, OPSET_VERSION)] if lowering in ("custom", "integer") else []
     opset = utils.find_opset(opset)
 
     tf_loader.clear_functions()
     with tf.device("/cpu:0"), tf.Graph().as_default() as tf_graph:
         tf.import_graph_def(frozen_graph, name="")
+        if lowering == "integer":
+            from converters.integer.unfolded import quantizers_unfolded
+
+            unfolded = quantizers_unfolded()
+        else:
+            unfolded = contextlib.nullcontext()
         try:
-            main_g, subgraphs = float8.graphs_from_tf(tf_graph, opset, list(input_names), list(output_names), shape_override)
+            with unfolded:
+                main_g, subgraphs = float8.graphs_from_tf(tf_graph, opset, list(input_names), list(output_names), shape_override)
         except KeyError as e:  # tf2onnx's dtype map: a bare KeyError naming only the dtype
             raise unmappable_dtype_error(tf_graph, e) from e
         for g in [main_g] + subgraphs:
@@ -239,7 +255,10 @@ def convert_frozen_graph(
         # Read by the handlers; the types are TF's until shielded, the grouped convolutions rewritten.
         graph_facts["keep_domain_depthwise"] = not float_inference_graph(
             n.type for g in [main_g] + subgraphs for n in g.get_nodes())
-        if fold_batch_norm is None:
+        if lowering == "integer":
+            refuse_training_graph(n for g in [main_g] + subgraphs for n in g.get_nodes())
+            fold_batch_norm = False  # the integer lowering folds batch norms into the weights' scales itself
+        elif fold_batch_norm is None:
             fold_batch_norm = lowering == "custom" and not graph_facts["keep_domain_depthwise"]
         for g in [main_g] + subgraphs:
             shield_family_nodes(g)
@@ -254,10 +273,14 @@ def convert_frozen_graph(
             if failures:
                 raise failures[0]
             with linear_graph(g):
-                g = _optimize(g, fold_batch_norm)
+                g = _optimize(g, fold_batch_norm, fuse_family=lowering != "integer")
                 model = float8.make_model(g, f"converted from {name} by converters (tf2onnx, lowering={lowering})")
 
-    if lowering == "standard":
+    if lowering == "integer":
+        from converters.integer import lower_to_integer
+
+        model, integer_summary, output_steps = lower_to_integer(model)
+    if lowering in ("standard", "integer"):
         # No node of the domain remains, so the model must not demand the custom library.
         del_imports = [i for i, imp in enumerate(model.opset_import) if imp.domain == DOMAIN]
         for i in reversed(del_imports):
@@ -266,9 +289,13 @@ def convert_frozen_graph(
     # model the project writes carries the lowest its opsets need, so that onnxruntime 1.17 (IR 9) reads it.
     set_lowest_ir_version(model)
     check_fully_converted(model)
-    if fold_batch_norm:
+    if fold_batch_norm or lowering == "integer":  # integer: judged in quantization steps (converters.integer)
         exact_outputs = []  # folded weights round differently: quantized values may move by a grid step
     onnx.helper.set_model_props(model, {EXACT_OUTPUTS_KEY: ",".join(exact_outputs)})
+    if lowering == "integer":
+        from converters.integer import record
+
+        record(model, integer_summary, output_steps)
     if output_path:
         onnx.save_model(model, output_path)
     return model

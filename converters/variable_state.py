@@ -131,8 +131,14 @@ def _unique_names(variables) -> Dict[int, str]:
     return names
 
 
-def freeze(concrete_func, input_names, output_names, variable_updates="warn", trainable_inputs=False) -> FrozenFunction:
-    """Freeze ``concrete_func`` for conversion (see the module docstring); runs grappler as tf2onnx does."""
+def freeze(concrete_func, input_names, output_names, variable_updates="warn", trainable_inputs=False,
+           keep_quantized_constants=False) -> FrozenFunction:
+    """Freeze ``concrete_func`` for conversion (see the module docstring); runs grappler as tf2onnx does.
+
+    ``keep_quantized_constants=True`` (the integer lowering, converters.integer): the constants a quantizer reads
+    (a weight and its range) are hidden from grappler, so that the quantizer stays a node of the frozen graph
+    instead of folding into a float constant; the integer lowering needs its range to write the weight's integers.
+    """
     import tensorflow as tf
     from tensorflow.python.framework import convert_to_constants as c2c
     from tf2onnx import tf_loader
@@ -191,6 +197,8 @@ def freeze(concrete_func, input_names, output_names, variable_updates="warn", tr
     # Grappler's folding ignores the sign of zero (see _sign_unsafe): the variables where that can matter are
     # hidden from it, and their updates are added after it; the others are updated in the graph it folds.
     hide = {source for source, _ in by_variable.values() if _sign_unsafe(nodes[source])}
+    if keep_quantized_constants:
+        hide |= _quantizer_constants(nodes)
     new_value_of, pending = {}, []
     for source, update in by_variable.values():
         assign = nodes[update.assign_node]
@@ -313,6 +321,23 @@ def _hide_from_grappler(nodes: dict, sources: set) -> Dict[str, object]:
         node.attr["dtype"].type = dtype
         node.attr["shape"].shape.CopyFrom(value.tensor_shape)
     return hidden
+
+
+def _quantizer_constants(nodes: dict) -> set:
+    """The frozen constants that quantizers read (through Identity nodes): weights and their ranges."""
+    from converters.family import QUANTIZATION_OPS
+
+    found = set()
+    for node in nodes.values():
+        if node.op not in QUANTIZATION_OPS:
+            continue
+        for tensor in node.input:
+            if tensor.startswith("^"):
+                continue
+            source = _resource_source(nodes, tensor)
+            if source in nodes and nodes[source].op == "Const":
+                found.add(source)
+    return found
 
 
 def _restore_hidden(graph_def, hidden: Dict[str, object]):

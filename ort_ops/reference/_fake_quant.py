@@ -46,6 +46,12 @@ def nudge(min_val, max_val, quant_min: int, quant_max: int):
     The zero point is chosen on the integer grid; ``inv_scale`` is computed by its own division,
     not as ``1 / scale``, exactly as TF does.
     """
+    return nudge_with_zero_point(min_val, max_val, quant_min, quant_max)[:4]
+
+
+def nudge_with_zero_point(min_val, max_val, quant_min: int, quant_max: int):
+    """:func:`nudge`, and the nudged zero point itself (float32 holding an integer of [quant_min, quant_max]):
+    the integer that TF's grid maps to 0.0, which an integer model stores (converters.integer)."""
     mn = flush(np.asarray(min_val, dtype=F32))
     mx = flush(np.asarray(max_val, dtype=F32))
     qmin, qmax = F32(quant_min), F32(quant_max)
@@ -64,11 +70,12 @@ def nudge(min_val, max_val, quant_min: int, quant_max: int):
         zp = np.where(np.isnan(zp), 0.0, zp).astype(F32)
         nudged_min = flush(((qmin - zp) * scale).astype(F32))
         nudged_max = flush(((qmax - zp) * scale).astype(F32))
-    return nudged_min, nudged_max, scale, inv_scale
+    return nudged_min, nudged_max, scale, inv_scale, zp
 
 
-def fake_quant(x, nudged_min, nudged_max, scale, inv_scale, divide: bool):
-    """The forward quantization of ``x`` (float32) with (per-channel broadcastable) nudged parameters.
+def quantized_integers(x, nudged_min, nudged_max, scale, inv_scale, divide: bool):
+    """The integers q of TF's forward quantization (float32 holding integers, relative to the zero point: the
+    result is ``q * scale``), with (per-channel broadcastable) nudged parameters.
 
     ``divide``: Vars divides the shifted value by ``scale``; Args and PerChannel multiply by
     ``inv_scale`` (the two can differ by one ulp, so this is not interchangeable).
@@ -79,7 +86,14 @@ def fake_quant(x, nudged_min, nudged_max, scale, inv_scale, divide: bool):
         clamped = eigen_max(eigen_min(x, nudged_max), nudged_min)
         shifted = flush((clamped - nudged_min).astype(F32))
         scaled = flush((shifted / scale if divide else shifted * inv_scale).astype(F32))
-        q = np.floor(flush(((scaled - quant_zero).astype(F32) + F32(0.5)).astype(F32)))
+        return np.floor(flush(((scaled - quant_zero).astype(F32) + F32(0.5)).astype(F32)))
+
+
+def fake_quant(x, nudged_min, nudged_max, scale, inv_scale, divide: bool):
+    """The forward quantization of ``x`` (float32) with (per-channel broadcastable) nudged parameters:
+    :func:`quantized_integers` times ``scale``."""
+    q = quantized_integers(x, nudged_min, nudged_max, scale, inv_scale, divide)
+    with np.errstate(all="ignore"):
         return flush((q * scale).astype(F32))
 
 

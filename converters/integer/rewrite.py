@@ -1,0 +1,619 @@
+"""The integer lowering's rewrite: a model whose family nodes are the domain's (converters.pipeline with
+``lowering="integer"``) becomes standard QDQ that ONNX Runtime's QDQ transformers fuse into integer kernels.
+
+What becomes what (docs/integer.md has the full account):
+
+* an activation quantizer (FakeQuantWithMinMax{Args,Vars,VarsPerChannel} of a computed tensor) becomes
+  QuantizeLinear -> DequantizeLinear on TF's nudged grid (converters.integer.grid); where it reads the graph
+  input (through layout ops only), the integers are computed with TF's own rounding instead (float ops, then a
+  Cast), so the network's input integers are TF's to the bit; a grid narrower than uint8 (narrow range, fewer
+  than 8 bits) gets a Clip to TF's range before its QuantizeLinear, which ONNX Runtime then runs in float;
+* a weight quantizer (the same ops on a constant, kept unfolded by converters.integer.unfolded) becomes an
+  int8 initializer holding TF's integers, with a per-output-channel scale into which the constant per-channel
+  factors after the convolution (an inference batch norm, a Mul) are folded; the sign of a negative factor
+  goes into the integers. The bias (the batch norm's shift, BiasAdd) is int32 with scale = input scale x weight
+  scale, the only form ONNX Runtime fuses;
+* Conv, DepthwiseConv2dNative (a grouped Conv) and MatMul (a Gemm) with such a weight, a quantized input and a
+  quantizer after their per-channel affine tail become DQ -> Conv/Gemm -> Q groups. A ReLU or ReLU6 between the
+  tail and the quantizer is dropped where QuantizeLinear's own saturation does the same clamp (exact);
+* a quantizer after a layout op (Squeeze of the global mean) also quantizes the layout op's input, so that the
+  layout op runs on integers and the op before it has its Q.
+
+What it cannot write as integers it leaves in float and names (``IntegerSummary.float_ops``); a family node it has
+no rule for is a ConversionError naming the node.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+from typing import Dict, List, Optional
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from converters.errors import ConversionError
+from converters.integer.grid import FAKE_QUANT_DIVIDES, Grid, fake_quant_grid
+from ort_ops.schemas import DOMAIN
+
+INT8_MIN, INT8_MAX = -128, 127
+INT32_LIMIT = 2 ** 31 - 1
+LAYOUT_OPS = ("Squeeze", "Unsqueeze", "Reshape", "Flatten", "Transpose")
+# Ops whose output is on their input's grid (they move or select values; max commutes with the monotone
+# quantization): ONNX Runtime runs them on the integers between a DequantizeLinear and a QuantizeLinear.
+GRID_PRESERVING_OPS = ("MaxPool", "Identity") + LAYOUT_OPS
+BATCH_NORM_OPS = ("FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3")
+
+
+@dataclasses.dataclass
+class IntegerSummary:
+    """What the integer lowering wrote: counts, and every place left in float, by node and reason."""
+
+    integer_ops: Dict[str, int] = dataclasses.field(default_factory=collections.Counter)  # Conv/Gemm groups
+    compute_ops: Dict[str, int] = dataclasses.field(default_factory=collections.Counter)  # all Conv/MatMul
+    activation_quantizers: int = 0
+    weight_quantizers: int = 0
+    exact_input_quantizers: int = 0
+    clipped_quantizers: List[str] = dataclasses.field(default_factory=list)  # narrow/low-bit grids
+    dropped_clamps: int = 0
+    float_ops: List[str] = dataclasses.field(default_factory=list)  # "node (op): why"
+
+    def lines(self) -> List[str]:
+        out = []
+        for op in sorted(self.compute_ops):
+            out.append(f"{op} in integer: {self.integer_ops.get(op, 0)}/{self.compute_ops[op]}")
+        out.append(f"quantizers: {self.activation_quantizers} activation (QuantizeLinear/DequantizeLinear, "
+                   f"{self.exact_input_quantizers} of the graph input with TF's rounding), "
+                   f"{self.weight_quantizers} weight (int8 initializers); ReLU/ReLU6 dropped: {self.dropped_clamps}")
+        if self.clipped_quantizers:
+            out.append(f"{len(self.clipped_quantizers)} quantizer(s) on a grid narrower than uint8 (narrow range or "
+                       "fewer than 8 bits) keep a Clip before their QuantizeLinear: ONNX Runtime runs the ops around "
+                       "them in float: " + ", ".join(self.clipped_quantizers[:5])
+                       + (" ..." if len(self.clipped_quantizers) > 5 else ""))
+        if self.float_ops:
+            out.append(f"{len(self.float_ops)} float island(s): " + "; ".join(self.float_ops[:8])
+                       + (" ..." if len(self.float_ops) > 8 else ""))
+        return out
+
+
+@dataclasses.dataclass
+class _QuantizedConstant:
+    """A weight on TF's grid: signed integers q (TF's value is q * scale) and each element's scale."""
+
+    q: np.ndarray  # int64
+    scale: np.ndarray  # float32, q's shape
+    source: str  # the weight quantizer's node name
+
+    def transposed(self, perm):
+        return _QuantizedConstant(np.transpose(self.q, perm), np.transpose(self.scale, perm), self.source)
+
+    def reshaped(self, shape):
+        return _QuantizedConstant(self.q.reshape(shape), self.scale.reshape(shape), self.source)
+
+
+def _attrs(node) -> dict:
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _text(value):
+    return value.decode() if isinstance(value, bytes) else value
+
+
+class _Rewriter:
+    def __init__(self, model: onnx.ModelProto):
+        self.model = model
+        self.graph = model.graph
+        self.constants = {i.name: numpy_helper.to_array(i) for i in self.graph.initializer}
+        for node in self.graph.node:
+            if node.op_type == "Constant" and not node.domain:
+                self.constants[node.output[0]] = numpy_helper.to_array(_attrs(node)["value"])
+        self.producer = {o: n for n in self.graph.node for o in n.output}
+        self.consumers = collections.defaultdict(list)
+        for node in self.graph.node:
+            for i in node.input:
+                self.consumers[i].append(node)
+        self.graph_outputs = {o.name for o in self.graph.output}
+        self.graph_inputs = {i.name for i in self.graph.input} - set(self.constants)
+        self.shapes = self._shapes()
+        self.summary = IntegerSummary()
+        self.new_nodes: List[onnx.NodeProto] = []
+        self.new_initializers: List[onnx.TensorProto] = []
+        self.absorbed = set()  # names of nodes a rewrite replaced
+        self.activation_grids: Dict[str, Grid] = {}  # quantizer output -> its grid
+        self.weights: Dict[str, _QuantizedConstant] = {}
+        self.pre_quantized: Dict[str, Grid] = {}  # layout node name -> the grid of the quantizer after it
+        self.output_steps: Dict[str, float] = {}
+        self.inherited: Dict[str, onnx.NodeProto] = {}  # grid-preserving op's output -> the op
+        self.clamps: Dict[str, onnx.NodeProto] = {}  # quantizer output -> the ReLU/Clip it absorbs
+
+    # -- helpers ---------------------------------------------------------------------------------------------
+    def _shapes(self) -> Dict[str, list]:
+        try:
+            inferred = onnx.shape_inference.infer_shapes(self.model)
+        except Exception:  # shape inference is an aid here (Gemm needs rank 2), not a requirement
+            return {}
+        shapes = {}
+        for vi in list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output):
+            if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
+                shapes[vi.name] = [d.dim_value if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim]
+        return shapes
+
+    def sole_consumer(self, tensor: str):
+        users = self.consumers.get(tensor, [])
+        if len(users) != 1 or tensor in self.graph_outputs:
+            return None
+        return users[0]
+
+    def initializer(self, name: str, value: np.ndarray) -> str:
+        self.new_initializers.append(numpy_helper.from_array(value, name))
+        return name
+
+    def emit(self, op_type, inputs, outputs, name, **attrs):
+        self.new_nodes.append(helper.make_node(op_type, list(inputs), list(outputs), name=name, **attrs))
+        return outputs[0]
+
+    def is_family(self, node, *types) -> bool:
+        return node.domain == DOMAIN and (not types or node.op_type in types)
+
+    def _grid_of(self, node) -> Optional[Grid]:
+        """The Grid of a domain FakeQuant node with a constant range (None for other nodes)."""
+        if not self.is_family(node, *FAKE_QUANT_DIVIDES):
+            return None
+        attrs = {k: _text(v) for k, v in _attrs(node).items()}
+        if node.op_type == "FakeQuantWithMinMaxArgs":
+            return fake_quant_grid(node.name, node.op_type, attrs)
+        mn, mx = (self.constants.get(t) for t in node.input[1:3])
+        if mn is None or mx is None:
+            raise ConversionError(f"{node.op_type} (node {node.name!r}): its min/max are computed in the graph, "
+                                  "not constants; an integer model needs a fixed range (a training step or a "
+                                  "range fed at run time cannot be one)")
+        return fake_quant_grid(node.name, node.op_type, attrs, mn, mx)
+
+    # -- analysis --------------------------------------------------------------------------------------------
+    def classify_quantizers(self):
+        for node in self.graph.node:
+            if self.is_family(node) and node.op_type not in FAKE_QUANT_DIVIDES and node.op_type not in (
+                    "DepthwiseConv2dNative",) + BATCH_NORM_OPS:
+                raise ConversionError(
+                    f"{node.op_type} (node {node.name!r}): the integer lowering has no rule for this op (it writes "
+                    "FakeQuantWithMinMax* quantizers, convolutions, matmuls and inference batch norms folded into "
+                    "them); convert with lowering='custom' or 'standard'")
+            grid = self._grid_of(node)
+            if grid is None:
+                continue
+            value = self.constants.get(node.input[0])
+            if value is not None:
+                q = grid.signed_integers(value)
+                scale = np.broadcast_to(grid.scale_along(value.ndim), value.shape).astype(np.float32)
+                self.weights[node.output[0]] = _QuantizedConstant(q, scale, node.name)
+                self.summary.weight_quantizers += 1
+            else:
+                self.activation_grids[node.output[0]] = grid
+        # Layout ops on a quantized weight (tf2onnx's Transpose to OIHW) move its integers with it.
+        for node in self.graph.node:
+            if node.input and node.input[0] in self.weights and not node.domain:
+                w = self.weights[node.input[0]]
+                if node.op_type == "Transpose":
+                    self.weights[node.output[0]] = w.transposed(_attrs(node)["perm"])
+                elif node.op_type == "Identity":
+                    self.weights[node.output[0]] = w
+                elif node.op_type == "Reshape" and node.input[1] in self.constants:
+                    self.weights[node.output[0]] = w.reshaped(self._reshape_target(w.q.shape, self.constants[node.input[1]]))
+        # A ReLU/Clip right before a quantizer becomes a clamp of its integers (see emit_activation_quantizer).
+        for out, grid in self.activation_grids.items():
+            clamp = self.producer.get(self.producer[out].input[0])
+            if (clamp is not None and not clamp.domain and clamp.op_type in ("Relu", "Clip") and grid.axis is None
+                    and self.sole_consumer(clamp.output[0]) is self.producer[out] and self._clamp_bounds(clamp)):
+                self.clamps[out] = clamp
+                self.absorbed.add(clamp.name)
+        # Grid-preserving ops on a quantized tensor, with no quantizer of their own after them: their output gets
+        # the same grid (a Q/DQ pair after them, exact: QuantizeLinear of a dequantized grid value is that integer).
+        for node in self.graph.node:
+            if (not node.domain and node.op_type in GRID_PRESERVING_OPS and node.input
+                    and node.input[0] in self.activation_grids and node.output[0] not in self.activation_grids
+                    and self.activation_grids[node.input[0]].axis is None
+                    and not any(u.output and u.output[0] in self.activation_grids for u in self.consumers[node.output[0]])):
+                self.activation_grids[node.output[0]] = self.activation_grids[node.input[0]]
+                self.inherited[node.output[0]] = node
+        # A quantizer after a layout op that reads a float op: the layout op's input gets the quantizer too.
+        for out, grid in self.activation_grids.items():
+            fq = self.producer[out]
+            layout = self.producer.get(fq.input[0])
+            if (layout is not None and layout.op_type in LAYOUT_OPS and not layout.domain and grid.axis is None
+                    and self.sole_consumer(layout.output[0]) is fq and layout.input[0] not in self.activation_grids
+                    and layout.input[0] not in self.graph_inputs):
+                self.pre_quantized[layout.name] = grid
+
+    @staticmethod
+    def _reshape_target(shape, target):
+        target = [int(t) for t in target]
+        for i, t in enumerate(target):
+            if t == 0:
+                target[i] = shape[i]
+        return tuple(target)
+
+    def reads_graph_input(self, tensor: str) -> bool:
+        """Whether ``tensor`` is the graph input, through layout ops only."""
+        seen = 0
+        while tensor not in self.graph_inputs:
+            node = self.producer.get(tensor)
+            if node is None or node.domain or node.op_type not in LAYOUT_OPS or seen > 8:
+                return False
+            tensor, seen = node.input[0], seen + 1
+        return True
+
+    # -- activation quantizers -------------------------------------------------------------------------------
+    def quantizer_params(self, prefix: str, grid: Grid, rank: Optional[int]):
+        scale, zp = grid.scale, grid.zero_point.astype(np.uint8)
+        attrs = {}
+        if grid.axis is not None:
+            if rank is None and grid.axis < 0:
+                raise ConversionError(f"{grid.node}: a per-channel activation quantizer of unknown rank")
+            attrs["axis"] = grid.axis if grid.axis >= 0 else grid.axis + rank
+        s = self.initializer(prefix + "/scale", np.asarray(scale, np.float32))
+        z = self.initializer(prefix + "/zero_point", np.asarray(zp, np.uint8))
+        return s, z, attrs
+
+    def emit_activation_quantizer(self, node, grid: Grid, source: Optional[str] = None, output: Optional[str] = None):
+        x = source or node.input[0]
+        out = output or node.output[0]
+        prefix = f"{node.name}/integer" if output is None else f"{node.name}/integer_regrid"
+        rank = len(self.shapes[x]) if x in self.shapes else None
+        s, z, attrs = self.quantizer_params(prefix, grid, rank)
+        integers = prefix + "/integers"
+        clamp = self.clamps.get(out) if output is None else None
+        if clamp is not None:
+            x = clamp.input[0]
+        if output is None and self.reads_graph_input(x):
+            self.emit_tf_rounding(prefix, x, grid, integers, rank)
+            self.summary.exact_input_quantizers += 1
+        else:
+            self.emit("QuantizeLinear", [x, s, z], [integers], prefix + "/QuantizeLinear", **attrs)
+        lo, hi = self.integer_bounds(grid, clamp)
+        if (lo, hi) != (0, 255):
+            if grid.axis is not None:
+                raise ConversionError(f"{grid.node}: a per-channel activation grid narrower than uint8 (narrow range "
+                                      "or fewer than 8 bits); the integer lowering writes such grids per tensor")
+            clamped = prefix + "/integers_clamped"
+            self.emit("Clip", [integers, self.initializer(prefix + "/integer_min", np.uint8(lo)),
+                               self.initializer(prefix + "/integer_max", np.uint8(hi))], [clamped], prefix + "/Clip")
+            integers = clamped
+            if grid.needs_clip:
+                self.summary.clipped_quantizers.append(grid.node)
+        elif clamp is not None:
+            self.summary.dropped_clamps += 1
+        self.emit("DequantizeLinear", [integers, s, z], [out], prefix + "/DequantizeLinear", **attrs)
+        if output is None:
+            self.summary.activation_quantizers += 1
+            if out in self.graph_outputs and grid.axis is None:
+                self.output_steps[out] = float(grid.scale)
+
+    def emit_tf_rounding(self, prefix: str, x: str, grid: Grid, integers: str, rank: Optional[int]):
+        """k = floor((clamp(x) - nudged_min) / scale - quant_zero + 0.5) + zero_point, in float32 as TF's
+        kernel computes it (ort_ops.reference._fake_quant.quantized_integers), then a Cast to uint8."""
+        along = (lambda p: np.asarray(p, np.float32)) if grid.axis is None else (
+            lambda p: np.asarray(grid._along(p, rank), np.float32))
+        quant_zero = np.floor((-grid.nudged_min * grid.inv_scale).astype(np.float32) + np.float32(0.5))
+        c = lambda name, v: self.initializer(f"{prefix}/{name}", along(v))  # noqa: E731
+        t = self.emit("Min", [x, c("nudged_max", grid.nudged_max)], [prefix + "/min"], prefix + "/Min")
+        t = self.emit("Max", [t, c("nudged_min", grid.nudged_min)], [prefix + "/max"], prefix + "/Max")
+        t = self.emit("Sub", [t, prefix + "/nudged_min"], [prefix + "/shifted"], prefix + "/Sub")
+        if grid.divide:
+            t = self.emit("Div", [t, c("step", grid.scale)], [prefix + "/scaled"], prefix + "/Div")
+        else:
+            t = self.emit("Mul", [t, c("inv_step", grid.inv_scale)], [prefix + "/scaled"], prefix + "/Mul")
+        t = self.emit("Sub", [t, c("quant_zero", quant_zero)], [prefix + "/centred"], prefix + "/SubZero")
+        t = self.emit("Add", [t, c("half", np.float32(0.5))], [prefix + "/half_up"], prefix + "/AddHalf")
+        t = self.emit("Floor", [t], [prefix + "/q"], prefix + "/Floor")
+        t = self.emit("Add", [t, c("zero_point_f", grid.zero_point)], [prefix + "/k"], prefix + "/AddZeroPoint")
+        self.emit("Cast", [t], [integers], prefix + "/Cast", to=TensorProto.UINT8)
+
+    # -- convolutions and matmuls ----------------------------------------------------------------------------
+    def input_grid(self, node):
+        """(the quantized input tensor, its grid, pads folded from a Pad between them) or None."""
+        x = node.input[0]
+        pads = None
+        pad = self.producer.get(x)
+        if pad is not None and pad.op_type == "Pad" and not pad.domain and self.sole_consumer(x) is node:
+            mode = _text(_attrs(pad).get("mode", "constant"))
+            value = self.constants.get(pad.input[2]) if len(pad.input) > 2 and pad.input[2] else np.float32(0)
+            widths = self.constants.get(pad.input[1]) if len(pad.input) > 1 else None
+            if (mode == "constant" and value is not None and float(value) == 0.0 and widths is not None
+                    and len(widths) == 8 and not widths[[0, 1, 4, 5]].any() and pad.input[0] in self.activation_grids):
+                pads = [int(widths[2]), int(widths[3]), int(widths[6]), int(widths[7])]
+                x = pad.input[0]
+        grid = self.activation_grids.get(x)
+        if grid is None or grid.axis is not None:
+            return None
+        return x, grid, pads, (pad if pads is not None else None)
+
+    def affine_tail(self, node):
+        """Follow the compute node's output through per-channel constant Add / Mul / inference batch norms, then
+        an optional ReLU/Clip, to a quantizer: (a, b, clamp node or None, last tail tensor, quantizer node,
+        absorbed nodes) with the tail = conv * a + b per output channel, or None."""
+        channels = None
+        a = b = None
+        absorbed = []
+        out = node.output[0]
+        while True:
+            user = self.sole_consumer(out)
+            if user is None:
+                return None
+            other = [i for i in user.input if i != out]
+            if not user.domain and user.op_type in ("Add", "Mul") and len(other) == 1 and other[0] in self.constants:
+                c = self.constants[other[0]].astype(np.float32)
+                vec = self._per_channel(node, c)
+                if vec is None:
+                    break
+                a = np.ones_like(vec) if a is None else a
+                b = np.zeros_like(vec) if b is None else b
+                if user.op_type == "Add":
+                    b = (b + vec).astype(np.float32)
+                else:
+                    a, b = (a * vec).astype(np.float32), (b * vec).astype(np.float32)
+            elif self.is_family(user, *BATCH_NORM_OPS) and user.input[0] == out:
+                attrs = _attrs(user)
+                stats = [self.constants.get(t) for t in user.input[1:5]]
+                if attrs.get("is_training", 1) or any(s is None for s in stats) or _text(attrs.get("data_format", "NHWC")) != "NCHW":
+                    return None
+                gamma, beta, mean, var = (s.astype(np.float32) for s in stats)
+                eps = np.float32(attrs.get("epsilon", 1e-4))
+                k = (np.float32(1) / np.sqrt(var + eps)).astype(np.float32) * gamma
+                a = np.ones_like(k) if a is None else a
+                b = np.zeros_like(k) if b is None else b
+                a, b = (a * k).astype(np.float32), ((b - mean) * k + beta).astype(np.float32)
+                if any(self.consumers.get(o) for o in user.output[1:]):
+                    return None
+            else:
+                break
+            absorbed.append(user)
+            out = user.output[0]
+            channels = len(a)
+        clamp = None
+        user = self.sole_consumer(out)
+        if user is not None and user.name in self.absorbed and user.op_type in ("Relu", "Clip"):
+            clamp = user  # absorbed by the quantizer after it
+            user = self.sole_consumer(user.output[0])
+        if user is None or user.output[0] not in self.activation_grids:
+            return None
+        del channels
+        return a, b, clamp, out, user, absorbed
+
+    def _per_channel(self, node, c):
+        """A constant that broadcasts along the compute node's output channels only, as a [C] vector (None else)."""
+        if node.op_type == "MatMul":
+            return c.ravel() if c.ndim <= 1 or all(d == 1 for d in c.shape[:-1]) else None
+        squeezed = c.reshape(-1) if c.size == 1 else None
+        if squeezed is not None:
+            return squeezed
+        if c.ndim >= 3 and c.shape[-1] == 1 and c.shape[-2] == 1 and all(d == 1 for d in c.shape[:-3]):
+            return c.reshape(-1)
+        return None
+
+    def _clamp_bounds(self, clamp):
+        """(lo, hi) of a Relu or a Clip with constant (or absent) bounds, else None."""
+        if clamp.op_type == "Relu":
+            return np.float32(0), np.float32(np.inf)
+        bounds = []
+        for i, default in ((1, -np.inf), (2, np.inf)):
+            if len(clamp.input) > i and clamp.input[i]:
+                value = self.constants.get(clamp.input[i])
+                if value is None or value.size != 1:
+                    return None
+                bounds.append(np.float32(value.reshape(())))
+            else:
+                bounds.append(np.float32(default))
+        return tuple(bounds)
+
+    def integer_bounds(self, grid: Grid, clamp):
+        """The integers a quantizer's output may take: TF's grid [quant_min, quant_max], narrowed by a ReLU/Clip
+        before it to [Q(lo), Q(hi)]. Clamp-then-quantize equals quantize-then-clamp-the-integers (both monotone),
+        so the clamp moves after QuantizeLinear, where it leaves the op before the quantizer fused with it."""
+        lo, hi = grid.quant_min, grid.quant_max
+        if clamp is not None:
+            c_lo, c_hi = self._clamp_bounds(clamp)
+
+            def onnx_q(v):
+                with np.errstate(all="ignore"):
+                    return int(np.clip(np.rint(np.float32(v) / grid.scale) + grid.zero_point, 0, 255))
+
+            lo, hi = max(lo, onnx_q(c_lo)), min(hi, onnx_q(c_hi))
+        return lo, hi
+
+    def rewrite_compute(self, node) -> bool:
+        kind = "MatMul" if node.op_type == "MatMul" else ("DepthwiseConv2dNative" if node.domain else "Conv")
+        if len(node.input) < 2 or node.input[1] not in self.weights:
+            return False
+        self.summary.compute_ops[kind] += 1
+        why = None
+        found = self.input_grid(node)
+        tail = self.affine_tail(node)
+        if found is None:
+            why = "its input is not quantized"
+        elif tail is None:
+            why = "no quantizer after it (through a per-channel affine tail and a ReLU/Clip)"
+        if why is None and node.op_type == "MatMul" and len(self.shapes.get(found[0], [])) != 2:
+            why = "a MatMul of an input not known to be 2-D (written as Gemm only then)"
+        if why is not None:
+            self.summary.float_ops.append(f"{node.name} ({kind}): {why}")
+            self.materialize_weight(node)
+            return True
+        x, in_grid, pads, pad_node = found
+        a, b, _, tail_out, _, absorbed = tail
+        w = self.weights[node.input[1]]
+        q, scale = self.compute_layout(node, w)
+        channels = q.shape[0]
+        a = np.ones(channels, np.float32) if a is None else np.broadcast_to(a, (channels,)).astype(np.float32)
+        b = np.zeros(channels, np.float32) if b is None else np.broadcast_to(b, (channels,)).astype(np.float32)
+        if node.op_type == "Conv" and len(node.input) > 2 and node.input[2]:
+            conv_bias = self.constants.get(node.input[2])
+            if conv_bias is None:
+                return self._float(node, kind, "its bias is not a constant")
+            b = (conv_bias.astype(np.float32) * a + b).astype(np.float32)
+        w_scale = (scale * np.abs(a)).astype(np.float32)
+        sign = np.where(a < 0, -1, 1).reshape((-1,) + (1,) * (q.ndim - 1))
+        q = q * sign
+        name = node.name
+        if not (np.isfinite(w_scale).all() and (w_scale >= np.finfo(np.float32).tiny).all()):
+            raise ConversionError(f"{kind} (node {name!r}): folding its per-channel factors (batch norm, Mul) into the "
+                                  "weight scale gives a zero, subnormal or non-finite scale; convert with "
+                                  "lowering='custom' or 'standard'")
+        if q.min() < INT8_MIN or q.max() > INT8_MAX:
+            raise ConversionError(f"{kind} (node {name!r}): TF's weight integers (quantizer {w.source!r}) reach "
+                                  f"[{q.min()}, {q.max()}], outside int8; the integer lowering writes int8 weights")
+        bias_scale = (np.float32(in_grid.scale) * w_scale).astype(np.float32)
+        bias = np.rint(b.astype(np.float64) / bias_scale.astype(np.float64))
+        if not np.isfinite(bias).all() or np.abs(bias).max(initial=0) > INT32_LIMIT:
+            raise ConversionError(f"{kind} (node {name!r}): its bias in units of input scale x weight scale does not "
+                                  "fit int32")
+        prefix = f"{name}/integer"
+        w_dq = self.emit("DequantizeLinear", [
+            self.initializer(prefix + "/weight", (q + 128).astype(np.uint8)),
+            self.initializer(prefix + "/weight_scale", w_scale),
+            self.initializer(prefix + "/weight_zero_point", np.full(channels, 128, np.uint8))], [prefix + "/weight_dq"], prefix + "/weight_dq",
+            axis=0)
+        b_dq = self.emit("DequantizeLinear", [
+            self.initializer(prefix + "/bias", bias.astype(np.int32)),
+            self.initializer(prefix + "/bias_scale", bias_scale),
+            self.initializer(prefix + "/bias_zero_point", np.zeros(channels, np.int32))], [prefix + "/bias_dq"],
+            prefix + "/bias_dq", axis=0)
+        result = tail_out  # a ReLU/Clip after the tail is the quantizer's (integer_bounds)
+        if node.op_type == "MatMul":
+            self.emit("Gemm", [x, w_dq, b_dq], [result], name + "/Gemm", transB=1)
+        else:
+            self.emit("Conv", [x, w_dq, b_dq], [result], name, **self.conv_attrs(node, pads))
+        self.absorbed.update(n.name for n in absorbed)
+        if pad_node is not None:
+            self.absorbed.add(pad_node.name)
+        self.summary.integer_ops[kind] += 1
+        return True
+
+    def _float(self, node, kind, why):
+        self.summary.float_ops.append(f"{node.name} ({kind}): {why}")
+        self.materialize_weight(node)
+        return True
+
+    def compute_layout(self, node, w: _QuantizedConstant):
+        """(q, per-output-channel scale) in the layout of the op written: Conv [O, I/g, kh, kw]; a depthwise
+        filter [kh, kw, C, M] as [C*M, 1, kh, kw]; a MatMul's [K, N] as Gemm's transposed B [N, K]."""
+        if node.op_type == "MatMul":
+            w = w.transposed((1, 0))
+        elif node.domain:
+            kh, kw, c, m = w.q.shape
+            w = w.transposed((2, 3, 0, 1)).reshaped((c * m, 1, kh, kw))
+        per_out = w.scale.reshape(w.scale.shape[0], -1)
+        if not (per_out == per_out[:, :1]).all():
+            raise ConversionError(f"{node.op_type} (node {node.name!r}): its weight quantizer {w.source!r} is per "
+                                  "channel along an input axis; integer kernels take one scale per output channel")
+        return w.q, per_out[:, 0].copy()
+
+    def conv_attrs(self, node, pads):
+        attrs = _attrs(node)
+        if not node.domain:
+            out = {k: v for k, v in attrs.items() if k in ("dilations", "strides", "kernel_shape", "group", "pads", "auto_pad")}
+            if pads is not None:
+                if _text(out.get("auto_pad", "NOTSET")) != "NOTSET":
+                    raise ConversionError(f"Conv (node {node.name!r}): a Pad before a Conv with auto_pad")
+                old = list(out.get("pads", [0, 0, 0, 0]))
+                out["pads"] = [p + o for p, o in zip(pads, old)]
+            return out
+        if _text(attrs.get("data_format", "NHWC")) != "NCHW":
+            raise ConversionError(f"DepthwiseConv2dNative (node {node.name!r}): not in NCHW after layout optimization")
+        strides, dilations = list(attrs["strides"])[2:], list(attrs.get("dilations", [1, 1, 1, 1]))[2:]
+        filt = self.weights[node.input[1]].q.shape
+        out = {"strides": strides, "dilations": dilations, "kernel_shape": [filt[0], filt[1]],
+               "group": filt[2]}
+        padding = _text(attrs["padding"])
+        if padding == "SAME":
+            if pads is not None:
+                raise ConversionError(f"DepthwiseConv2dNative (node {node.name!r}): a Pad before SAME padding")
+            out["auto_pad"] = "SAME_UPPER"  # TF's SAME puts the odd pixel at the end, as SAME_UPPER does
+        else:
+            explicit = [0, 0, 0, 0]
+            if padding == "EXPLICIT":
+                e = list(attrs["explicit_paddings"])
+                explicit = [e[4], e[6], e[5], e[7]]
+            if pads is not None:
+                explicit = [p + o for p, o in zip(pads, explicit)]
+            out["pads"] = explicit
+        return out
+
+    def materialize_weight(self, node):
+        """A weight left in float gets TF's fake-quantized values (q * scale: the same bits TF computes)."""
+        w = self.weights[node.input[1]]
+        name = node.input[1] + "/fake_quantized"
+        value = (w.q.astype(np.float32) * w.scale).astype(np.float32)
+        self.initializer(name, value)
+        copy = onnx.NodeProto()
+        copy.CopyFrom(node)
+        copy.input[1] = name
+        if node.domain:
+            raise ConversionError(f"DepthwiseConv2dNative (node {node.name!r}): cannot be written as integers "
+                                  f"({self.summary.float_ops[-1]}); convert with lowering='custom' or 'standard'")
+        self.new_nodes.append(copy)
+
+    # -- the pass --------------------------------------------------------------------------------------------
+    def run(self) -> onnx.ModelProto:
+        self.classify_quantizers()
+        for node in self.graph.node:
+            if node.name in self.absorbed:
+                continue
+            if node.output and node.output[0] in self.weights:
+                continue  # a weight quantizer or a layout op on one: written where it is read
+            if node.output and node.output[0] in self.inherited:
+                moved = node.output[0] + "/on_grid"
+                copy = onnx.NodeProto()
+                copy.CopyFrom(node)
+                copy.output[0] = moved
+                self.new_nodes.append(copy)
+                self.emit_activation_quantizer(node, self.activation_grids[node.output[0]], source=moved,
+                                               output=node.output[0])
+                continue
+            if node.output and node.output[0] in self.activation_grids:
+                self.emit_activation_quantizer(node, self.activation_grids[node.output[0]])
+                continue
+            if node.name in self.pre_quantized:
+                grid = self.pre_quantized[node.name]
+                moved = node.input[0] + "/integer_dq"
+                self.emit_activation_quantizer(node, grid, source=node.input[0], output=moved)
+                copy = onnx.NodeProto()
+                copy.CopyFrom(node)
+                copy.input[0] = moved
+                self.new_nodes.append(copy)
+                continue
+            if (node.op_type in ("Conv", "MatMul") and not node.domain) or self.is_family(node, "DepthwiseConv2dNative"):
+                if self.rewrite_compute(node):
+                    continue
+                if node.domain:
+                    raise ConversionError(f"DepthwiseConv2dNative (node {node.name!r}): its filter is not a quantized "
+                                          "constant; the integer lowering writes quantized depthwise convolutions only")
+            if self.is_family(node):
+                raise ConversionError(f"{node.op_type} (node {node.name!r}): not part of a pattern the integer lowering "
+                                      "writes (a batch norm must follow a quantized convolution); convert with "
+                                      "lowering='custom' or 'standard'")
+            self.new_nodes.append(node)
+        return self.finish()
+
+    def finish(self) -> onnx.ModelProto:
+        # Keep what the outputs need: the weight quantizers' float chains and absorbed nodes' constants go.
+        needed = set(self.graph_outputs)
+        kept = []
+        for node in reversed(self.new_nodes):
+            if any(o in needed for o in node.output):
+                kept.append(node)
+                needed.update(i for i in node.input if i)
+        kept.reverse()
+        initializers = [i for i in list(self.graph.initializer) + self.new_initializers if i.name in needed]
+        del self.graph.node[:]
+        self.graph.node.extend(kept)
+        del self.graph.initializer[:]
+        self.graph.initializer.extend(initializers)
+        del self.graph.value_info[:]  # recomputed by whoever needs them; the integer tensors have new types
+        return self.model
+
+
+def rewrite(model: onnx.ModelProto):
+    """(the rewritten model, IntegerSummary, {graph output: its quantization step})."""
+    rewriter = _Rewriter(model)
+    out = rewriter.run()
+    return out, rewriter.summary, rewriter.output_steps
