@@ -5,9 +5,9 @@
   python -m converters --keras FILE.keras|FILE.h5|EXPORT_DIR --output OUT.onnx [--batch-size N] [--import MODULE]
   python -m converters --keras FILE.keras --train-step --loss NAME [--from-logits]
                        [--optimizer NAME --learning-rate LR] --output STEP.onnx
-  common: --opset N (17) --lowering custom|standard --debug
+  common: --opset N (17) --lowering custom|standard|integer --debug
   verification: --verify [--verify-nodes] [--seed S] [--verify-rtol R] [--verify-sum-rtol R] [--verify-json FILE]
-                [--no-tf-spread]
+                [--no-tf-spread] [--verify-steps N]
   python -m converters SOURCE OPTIONS --verify-model FILE.onnx [--verify] [--verify-nodes]   (no --output)
   state (SavedModel and Keras sources): --variable-update-outputs --trainable-inputs
 
@@ -20,6 +20,11 @@ on seeded random inputs, and prints one row per output: identical bits, max erro
 gradients and convolutions, converters.verification), TF's own spread (max |Eigen - oneDNN|, from TF's oneDNN
 kernels in a child process; --no-tf-spread skips it) and the verdict. --verify-json FILE writes the same report
 as JSON.
+
+--lowering integer writes a quantization-aware inference graph as the integer model it was trained to become
+(converters.integer, docs/integer.md) and prints what runs in integer (``QLinearConv 52/52``, from ONNX Runtime's
+own optimized graph) and what stays float; --verify then judges each quantized output in quantization steps
+(max error against --verify-steps, shares identical and within one step, top-1 agreement, TF's own spread).
 
 --verify-nodes judges every converted op on TF's own input values (converters.node_verification): TF runs the frozen
 function once, every tensor the ONNX graph also holds is fetched, and ONNX Runtime runs each node (each group of
@@ -64,7 +69,10 @@ def parse_args(argv=None):
     p.add_argument("--outputs", help="GraphDef output tensor names, comma separated")
     p.add_argument("--output", metavar="OUT.onnx", help="where to write the ONNX model (required unless --verify-model)")
     p.add_argument("--opset", type=int, default=17, help="ONNX opset (default 17)")
-    p.add_argument("--lowering", choices=("custom", "standard"), default="custom")
+    p.add_argument("--lowering", choices=("custom", "standard", "integer"), default="custom",
+                   help="custom: the domain's TF-exact nodes (default); standard: standard ONNX only, where exact; "
+                   "integer: a quantization-aware inference graph as QDQ that ONNX Runtime runs with its int8 "
+                   "kernels (docs/integer.md)")
     p.add_argument(
         "--variable-update-outputs", action="store_true",
         help="add each variable the function assigns (batch-norm moving statistics, quantization ranges) as an extra "
@@ -110,6 +118,9 @@ def parse_args(argv=None):
                         help="relative tolerance of float outputs (default: a few ulps of the type, 1e-5 for float32)")
     verify.add_argument("--verify-sum-rtol", type=float, default=None, metavar="R",
                         help="tolerance of sums, times the magnitude of what was summed (default 1e-5 for float32)")
+    verify.add_argument("--verify-steps", type=float, default=None, metavar="N",
+                        help="an integer model's bound, in quantization steps, on each quantized output's largest "
+                        "error (default converters.integer.steps.DEFAULT_STEP_BOUND; docs/integer.md)")
     verify.add_argument("--verify-json", metavar="FILE", default=None, help="also write the --verify report as JSON")
     verify.add_argument("--no-tf-spread", action="store_true",
                         help="skip TF's oneDNN run (a child process) that measures TF's own spread for --verify")
@@ -125,7 +136,8 @@ def parse_args(argv=None):
         p.error("--output is required (or --verify-model FILE.onnx to verify a file without converting)")
     verify_only = [flag for flag, value in (("--verify-rtol", args.verify_rtol is not None),
                                             ("--verify-sum-rtol", args.verify_sum_rtol is not None),
-                                            ("--verify-json", args.verify_json), ("--no-tf-spread", args.no_tf_spread))
+                                            ("--verify-json", args.verify_json), ("--no-tf-spread", args.no_tf_spread),
+                                            ("--verify-steps", args.verify_steps is not None))
                    if value]
     if verify_only and not (args.verify or args.verify_nodes):
         p.error(f"{', '.join(verify_only)} apply to --verify and --verify-nodes")
@@ -302,6 +314,7 @@ def main(argv=None) -> int:
         print(f"verifying {args.verify_model} ({len(model.graph.node)} nodes) without converting")
     else:
         print(f"wrote {args.output} (lowering={args.lowering}, opset={args.opset}, {len(model.graph.node)} nodes)")
+    _print_integer_summary(model)
 
     if not (args.verify or args.verify_nodes):
         return 0
@@ -325,6 +338,8 @@ def main(argv=None) -> int:
                 frozen = freeze_like_converter(concrete_function(nodes_fn, sample), model)
         if args.verify:
             reports["end_to_end"] = _verify_end_to_end(args, converters, model, keras_model, options)
+            if _is_integer(model):
+                reports["per_tensor"] = _verify_integer_tensors(args, model, keras_model, keep_alive, options)
         if args.verify_nodes:
             from converters.node_verification import verify_nodes
 
@@ -346,12 +361,54 @@ def main(argv=None) -> int:
     return 0 if all(r.ok for r in reports.values()) else EXIT_VERIFY_FAILED
 
 
+def _is_integer(model) -> bool:
+    from converters.integer import read_summary
+
+    return read_summary(model) is not None
+
+
+def _verify_integer_tensors(args, model, keras_model, keep_alive, options):
+    """An integer model's quantized tensors, each on TF's values of the ones before it (converters.integer.
+    per_tensor): the sharp check, where the end-to-end steps carry a deep network's drift."""
+    from converters.integer.per_tensor import verify_quantized_tensors
+    from converters.node_verification import freeze_like_converter
+    from converters.verification import random_inputs
+    from converters.verify_tf import concrete_function
+
+    inputs = options.get("inputs") or random_inputs(model, args.seed)
+    fn, frozen, alive = _per_node_source(args, keras_model, keep_alive)
+    if frozen is None:
+        frozen = freeze_like_converter(concrete_function(fn, inputs), model)
+    report = verify_quantized_tensors(model, inputs=inputs, frozen=frozen)
+    del alive
+    print()
+    print(report.table())
+    return report
+
+
+def _print_integer_summary(model) -> None:
+    """An integer model's summary (what runs in integer, what stays float) and ONNX Runtime's fusion counts."""
+    from converters.integer import read_summary
+    from converters.integer.fusion import fusion_lines
+
+    recorded = read_summary(model)
+    if recorded is None:
+        return
+    for line in recorded[0]:
+        print("integer: " + line)
+    try:
+        for line in fusion_lines(model):
+            print("integer: " + line)
+    except Exception as e:  # noqa: BLE001 - the counts are a report; an old onnxruntime may lack a kernel
+        print(f"integer: ONNX Runtime could not load the model to count its fusions: {type(e).__name__}: {e}")
+
+
 def _verify_end_to_end(args, converters, model, keras_model, options):
     if args.variable_update_outputs or _variable_update_names(model):
         # TF's function returns only its own outputs; the new variable values are checked per node
         # (--verify-nodes) and by the tests (tests/test_state_outputs.py).
         model = _without_extra_outputs(model, _variable_update_names(model))
-    options = dict(options, spread=not args.no_tf_spread)
+    options = dict(options, spread=not args.no_tf_spread, step_bound=args.verify_steps)
     if args.saved_model:
         tags = None if args.tag is None else _split(args.tag)
         return converters.verify_saved_model(args.saved_model, model, args.signature_key, tags, **options)
@@ -369,8 +426,9 @@ def _write_json(path, reports):
 
     if "end_to_end" in reports:
         data = reports["end_to_end"].to_dict()
-        if "per_node" in reports:
-            data["per_node"] = reports["per_node"].to_dict()
+        for key in ("per_node", "per_tensor"):
+            if key in reports:
+                data[key] = reports[key].to_dict()
     else:
         data = reports["per_node"].to_dict()
     report_json(data, path)

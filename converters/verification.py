@@ -60,6 +60,7 @@ import onnx
 
 from converters.exact_outputs import exact_cone, producer_type, recorded_exact_outputs
 from converters.family import QUANTIZATION_OPS
+from converters.integer import read_summary as read_integer_summary
 from converters.verify_tf import concrete_function as _concrete_function
 from converters.verify_tf import graph_def_function  # noqa: F401 - part of this module's API
 from converters.verify_tf import run_tf as _run_tf
@@ -170,12 +171,18 @@ class VerifyReport:
     notes: list = dataclasses.field(default_factory=list)  # lines about the run (TF's kernels, the spread child)
     tf_reference: str = ""  # which TF kernels the outputs were judged against, and where they ran
     tf_spread: str = ""  # how TF's spread was measured, or why not
+    step_checks: list = dataclasses.field(default_factory=list)  # an integer model's outputs, in steps
 
     @property
     def ok(self) -> bool:
-        return all(c.ok for c in self.outputs)
+        return all(c.ok for c in self.outputs) and all(c.ok for c in self.step_checks)
 
     def table(self) -> str:
+        if self.step_checks and not self.outputs:
+            from converters.integer.steps import table
+
+            return "\n".join([table(self.step_checks)] + [line for line in (self.tf_reference, self.tf_spread, *self.notes)
+                                                           if line] + ["verification " + ("passed" if self.ok else "FAILED")])
         header = ("output", "shape", "dtype", "identical", "error", "bound", "judged as", "TF spread", "verdict")
         rows = []
         for c in self.outputs:
@@ -200,6 +207,10 @@ class VerifyReport:
         lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
         lines += self._legend()
         lines += [line for line in (self.tf_reference, self.tf_spread, *self.notes) if line]
+        if self.step_checks:
+            from converters.integer.steps import table
+
+            lines.append(table(self.step_checks))
         lines.append("verification " + ("passed" if self.ok else "FAILED"))
         return "\n".join(lines)
 
@@ -222,7 +233,8 @@ class VerifyReport:
 
     def to_dict(self) -> dict:
         return {"ok": self.ok, "tf_reference": self.tf_reference, "tf_spread": self.tf_spread,
-                "notes": list(self.notes), "outputs": [c.to_dict() for c in self.outputs]}
+                "notes": list(self.notes), "outputs": [c.to_dict() for c in self.outputs],
+                "steps": [c.to_dict() for c in self.step_checks]}
 
     def to_json(self, path=None) -> str:
         """The report as JSON (one entry per output, in the model's output order); written to ``path`` if given."""
@@ -557,6 +569,7 @@ def verify(
     spread: bool = True,
     json_path=None,
     tf_source: Optional[dict] = None,
+    step_bound: Optional[float] = None,
 ) -> VerifyReport:
     """Run ``tf_fn`` and ``onnx_model`` on the same inputs and judge each output (see the module docstring).
 
@@ -567,7 +580,8 @@ def verify(
     ``atol``: an absolute slack added to every float bound (default none). ``spread``: also run TF's oneDNN
     kernels in a child process and report TF's own spread (costs a TF import there, once per process).
     ``tf_source``: how the child loads the function (see converters.verify_tf_child; default: ``tf_fn``
-    frozen to a GraphDef). ``json_path``: also write :meth:`VerifyReport.to_json` there. Prints the table
+    frozen to a GraphDef). An integer model (converters.integer) has its quantized outputs judged in quantization
+    steps against ``step_bound`` (default converters.integer.steps.DEFAULT_STEP_BOUND). ``json_path``: also write :meth:`VerifyReport.to_json` there. Prints the table
     unless ``print_table`` is false; ``report.ok`` says whether every output passed.
     """
     import tensorflow as tf
@@ -643,6 +657,17 @@ def verify(
     exact_names = set(exact_outputs or ()) | recorded_exact_outputs(onnx_model) | traced_exact
     exact = {name: name in exact_names for name in onnx_names}
     notes = []
+    step_checks = []
+    integer = read_integer_summary(onnx_model)
+    if integer is not None:
+        from converters.integer.steps import DEFAULT_STEP_BOUND, judge_steps
+
+        steps = integer[1]
+        bound = DEFAULT_STEP_BOUND if step_bound is None else step_bound
+        step_checks = [judge_steps(n, reference[n], ort_values[n], steps[n], bound,
+                                   None if onednn is None else onednn.get(n)) for n in onnx_names if n in steps]
+        onnx_names = [n for n in onnx_names if n not in steps]
+        exact = {n: False for n in onnx_names}  # nothing of an integer model is TF's float to the bit
     floats = [n for n in onnx_names
               if not exact[n] and (reference[n].dtype.kind == "f" or reference[n].dtype.name == "bfloat16")]
     magnitudes, magnitude_note = _magnitudes(onnx_model, floats, inputs, threads)
@@ -653,7 +678,7 @@ def verify(
                      None if onednn is None else onednn.get(name))
         for name in onnx_names
     ]
-    report = VerifyReport(checks, inputs, notes, tf_reference, tf_spread)
+    report = VerifyReport(checks, inputs, notes, tf_reference, tf_spread, step_checks)
     if json_path is not None:
         report.to_json(json_path)
     if print_table:

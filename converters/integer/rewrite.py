@@ -55,7 +55,8 @@ class IntegerSummary:
     weight_quantizers: int = 0
     exact_input_quantizers: int = 0
     clipped_quantizers: List[str] = dataclasses.field(default_factory=list)  # narrow/low-bit grids
-    dropped_clamps: int = 0
+    integer_clamps: int = 0  # ReLU/ReLU6 (and narrow grids) written as a Clip of the integers
+    dropped_clamps: int = 0  # ReLU/ReLU6 that QuantizeLinear's saturation already does
     float_ops: List[str] = dataclasses.field(default_factory=list)  # "node (op): why"
 
     def lines(self) -> List[str]:
@@ -64,7 +65,8 @@ class IntegerSummary:
             out.append(f"{op} in integer: {self.integer_ops.get(op, 0)}/{self.compute_ops[op]}")
         out.append(f"quantizers: {self.activation_quantizers} activation (QuantizeLinear/DequantizeLinear, "
                    f"{self.exact_input_quantizers} of the graph input with TF's rounding), "
-                   f"{self.weight_quantizers} weight (int8 initializers); ReLU/ReLU6 dropped: {self.dropped_clamps}")
+                   f"{self.weight_quantizers} weight (TF's int8 integers, stored as uint8 - 128); ReLU/ReLU6: "
+                   f"{self.integer_clamps} as a Clip of the integers, {self.dropped_clamps} dropped (the grid clamps)")
         if self.clipped_quantizers:
             out.append(f"{len(self.clipped_quantizers)} quantizer(s) on a grid narrower than uint8 (narrow range or "
                        "fewer than 8 bits) keep a Clip before their QuantizeLinear: ONNX Runtime runs the ops around "
@@ -148,8 +150,9 @@ class _Rewriter:
         self.new_initializers.append(numpy_helper.from_array(value, name))
         return name
 
-    def emit(self, op_type, inputs, outputs, name, **attrs):
-        self.new_nodes.append(helper.make_node(op_type, list(inputs), list(outputs), name=name, **attrs))
+    def emit(self, op_type, inputs, outputs, name, doc_string=None, **attrs):
+        self.new_nodes.append(helper.make_node(op_type, list(inputs), list(outputs), name=name, doc_string=doc_string,
+                                               **attrs))
         return outputs[0]
 
     def is_family(self, node, *types) -> bool:
@@ -278,6 +281,8 @@ class _Rewriter:
             self.emit("Clip", [integers, self.initializer(prefix + "/integer_min", np.uint8(lo)),
                                self.initializer(prefix + "/integer_max", np.uint8(hi))], [clamped], prefix + "/Clip")
             integers = clamped
+            if clamp is not None:
+                self.summary.integer_clamps += 1
             if grid.needs_clip:
                 self.summary.clipped_quantizers.append(grid.node)
         elif clamp is not None:
@@ -470,8 +475,8 @@ class _Rewriter:
         w_dq = self.emit("DequantizeLinear", [
             self.initializer(prefix + "/weight", (q + 128).astype(np.uint8)),
             self.initializer(prefix + "/weight_scale", w_scale),
-            self.initializer(prefix + "/weight_zero_point", np.full(channels, 128, np.uint8))], [prefix + "/weight_dq"], prefix + "/weight_dq",
-            axis=0)
+            self.initializer(prefix + "/weight_zero_point", np.full(channels, 128, np.uint8))], [prefix + "/weight_dq"],
+            prefix + "/weight_dq", doc_string=f"the integers of TF's weight quantizer {w.source}", axis=0)
         b_dq = self.emit("DequantizeLinear", [
             self.initializer(prefix + "/bias", bias.astype(np.int32)),
             self.initializer(prefix + "/bias_scale", bias_scale),
