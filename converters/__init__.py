@@ -5,7 +5,9 @@ FusedBatchNorm*, DepthwiseConv2dNative*, 19 ops) is converted here, in one of tw
 
 - ``lowering="custom"`` (default): one node of the domain ``ai.onnx.converters.tensorflow`` per op,
   run by the custom-op library (``ort_ops.library_path()``);
-- ``lowering="standard"``: standard ONNX operators only (converters.standard), where exact.
+- ``lowering="standard"``: standard ONNX operators only (converters.standard), where exact;
+- ``lowering="integer"``: a quantization-aware inference graph as the integer (QDQ) model ONNX Runtime runs with its
+  int8 kernels, judged in quantization steps (converters.integer, docs/integer.md).
 
 Verification: ``verify`` (end to end, every output) and ``verify_nodes`` (every converted op on TF's own input
 values), docs/verification.md. Every model carries the lowest IR version its opsets need (``ort_ops.lowest_ir_version``); conversion fails with
@@ -20,7 +22,7 @@ from converters.frontends import (
     from_keras_train_step,
     from_saved_model,
 )
-from converters.pipeline import DEFAULT_OPSET, LOWERINGS, convert_frozen_graph
+from converters.pipeline import ALL_LOWERINGS, DEFAULT_OPSET, LOWERINGS, convert_frozen_graph
 from converters.node_verification import NodeReport, verify_nodes
 from converters.verification import (
     OutputCheck,
@@ -37,6 +39,7 @@ __all__ = [
     "UnconvertedOpsError",
     "DEFAULT_OPSET",
     "LOWERINGS",
+    "ALL_LOWERINGS",
     "convert_frozen_graph",
     "from_concrete_function",
     "from_function",

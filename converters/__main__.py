@@ -73,6 +73,10 @@ def parse_args(argv=None):
                    help="custom: the domain's TF-exact nodes (default); standard: standard ONNX only, where exact; "
                    "integer: a quantization-aware inference graph as QDQ that ONNX Runtime runs with its int8 "
                    "kernels (docs/integer.md)")
+    p.add_argument("--integer-weights", choices=("uint8", "int8"), default=None,
+                   help="--lowering integer: store the weight integers as uint8 with zero point 128 (default: exact "
+                   "on every CPU) or int8 (faster where ONNX Runtime's u8s8 kernels are exact: x86 with VNNI, ARM; "
+                   "on AVX2 without VNNI they saturate, docs/integer.md)")
     p.add_argument(
         "--variable-update-outputs", action="store_true",
         help="add each variable the function assigns (batch-norm moving statistics, quantization ranges) as an extra "
@@ -141,6 +145,8 @@ def parse_args(argv=None):
                    if value]
     if verify_only and not (args.verify or args.verify_nodes):
         p.error(f"{', '.join(verify_only)} apply to --verify and --verify-nodes")
+    if args.integer_weights and args.lowering != "integer":
+        p.error("--integer-weights applies to --lowering integer")
     if args.graphdef and not (args.inputs and args.outputs):
         p.error("--graphdef needs --inputs and --outputs")
     if args.graphdef and (args.variable_update_outputs or args.trainable_inputs):
@@ -276,6 +282,8 @@ def main(argv=None) -> int:
     common = dict(lowering=args.lowering, opset=args.opset, output_path=args.output)
     if args.fold_batch_norm is not None:
         common["fold_batch_norm"] = args.fold_batch_norm
+    if args.integer_weights is not None:
+        common["integer_weights"] = args.integer_weights
     state = dict(variable_updates="outputs" if args.variable_update_outputs else "warn", trainable_inputs=args.trainable_inputs)
     keras_model = keep_alive = None
     try:

@@ -38,7 +38,11 @@ from ort_ops.model import set_lowest_ir_version
 from ort_ops.schemas import DOMAIN, OPSET_VERSION
 from ort_ops.spec import OpError
 
-LOWERINGS = ("custom", "standard", "integer")
+# The lowerings that write TF's computation exactly, for every graph (inference, training steps, saliency maps).
+LOWERINGS = ("custom", "standard")
+# The integer lowering: a QAT inference graph as its integer model, judged in quantization steps (converters.integer).
+INTEGER_LOWERING = "integer"
+ALL_LOWERINGS = LOWERINGS + (INTEGER_LOWERING,)
 DEFAULT_OPSET = 17
 
 logger = logging.getLogger(__name__)
@@ -89,8 +93,8 @@ def _family_handlers(lowering: str, failures: list, graph_facts: dict) -> dict:
     record it in ``failures`` so that conversion fails with our error instead of a log line.
     ``graph_facts`` is filled once the TF graph is parsed (``keep_domain_depthwise``: not float_inference_graph).
     """
-    if lowering not in LOWERINGS:
-        raise ValueError(f"lowering must be one of {LOWERINGS}, got {lowering!r}")
+    if lowering not in ALL_LOWERINGS:
+        raise ValueError(f"lowering must be one of {ALL_LOWERINGS}, got {lowering!r}")
     table = _standard_lowerings() if lowering == "standard" else None
 
     def make_handler(op_type):
@@ -204,8 +208,12 @@ def convert_frozen_graph(
     shape_override: Optional[dict] = None,
     output_path: Optional[str] = None,
     fold_batch_norm: Optional[bool] = None,
+    integer_weights: str = "uint8",
 ) -> onnx.ModelProto:
     """Convert a frozen GraphDef (variables already constants) to an ONNX model.
+
+    ``integer_weights`` (``lowering="integer"``): "uint8" (default, right on every CPU) or "int8" (faster where
+    ONNX Runtime's u8s8 kernels are exact: VNNI x86 CPUs, ARM; docs/integer.md).
 
     ``fold_batch_norm=True`` folds inference-mode batch norms with constant statistics into the
     preceding convolution (custom lowering; converters.fusions). It changes float rounding, so the
@@ -220,7 +228,7 @@ def convert_frozen_graph(
     """
     import tensorflow as tf
     from tf2onnx import tf_loader, utils
-    from tf2onnx.tfonnx import graphs_from_tf, process_graphs
+    from tf2onnx.tfonnx import process_graphs
 
     failures: list = []
     graph_facts: dict = {}
@@ -279,7 +287,7 @@ def convert_frozen_graph(
     if lowering == "integer":
         from converters.integer import lower_to_integer
 
-        model, integer_summary, output_steps = lower_to_integer(model)
+        model, integer_summary, output_steps = lower_to_integer(model, integer_weights)
     if lowering in ("standard", "integer"):
         # No node of the domain remains, so the model must not demand the custom library.
         del_imports = [i for i, imp in enumerate(model.opset_import) if imp.domain == DOMAIN]

@@ -240,6 +240,8 @@ class ExampleModel:
     # A classifier (an inference signature with ``logits``): its held-out accuracy on the digits is measured in TF
     # and each lowering, and each lowering's predictions must equal TF's on at least this share of them.
     min_agreement: Optional[float] = None
+    # A QAT inference graph that is also converted in the integer lowering (check_integer).
+    integer: bool = False
 
     @property
     def saved_model(self) -> Path:
@@ -258,6 +260,7 @@ EXAMPLES = (
         all_outputs_exact=False,
         normwise=MOBILENET_INFERENCE_NORMWISE,
         min_agreement=HELD_OUT_AGREEMENT,
+        integer=True,
     ),
     ExampleModel(
         "mobilenet_v2_qat_train_step",
@@ -301,6 +304,7 @@ EXAMPLES = (
         all_outputs_exact=False,
         normwise=MOBILENET_INFERENCE_NORMWISE,
         min_agreement=HELD_OUT_AGREEMENT,
+        integer=True,
     ),
     ExampleModel(
         "fourbit_cnn_train_step",
@@ -328,6 +332,7 @@ EXAMPLES = (
         all_outputs_exact=False,
         output_rules=(KERAS3_LOGITS,),
         min_agreement=HELD_OUT_AGREEMENT,
+        integer=True,
     ),
     ExampleModel(
         "keras3_qat_train_step",
@@ -391,13 +396,16 @@ class LoweringResult:
     error: str = ""
     per_node: object = None  # converters.node_verification.NodeReport
     held_out: Optional["HeldOut"] = None  # a classifier's predictions on the held-out digits
+    per_tensor: object = None  # an integer model's converters.integer.per_tensor.TensorReport
+    summary: tuple = ()  # an integer model's conversion summary and ONNX Runtime's fusion counts
 
     @property
     def ok(self) -> bool:
         per_node_ok = self.per_node is None or self.per_node.ok
         held_out_ok = self.held_out is None or self.held_out.ok
+        per_tensor_ok = self.per_tensor is None or self.per_tensor.ok
         return (not self.error and bool(self.outputs) and all(o.ok for o in self.outputs) and per_node_ok
-                and held_out_ok)
+                and held_out_ok and per_tensor_ok)
 
 
 @dataclasses.dataclass
@@ -617,6 +625,59 @@ def check_lowering(example: ExampleModel, lowering: str, tf_run: TensorFlowRun, 
     return result
 
 
+INTEGER = "integer"
+
+
+def check_integer(example: ExampleModel, tf_run: TensorFlowRun, inputs: dict, onnx_model=None, write: bool = True,
+                  repeat: int = 5) -> LoweringResult:
+    """The integer lowering of a QAT classifier (converters.integer): its logits judged in TF's quantization steps on
+    the example inputs and on the held-out digits (DEFAULT_STEP_BOUND), every quantized tensor on TF's values of the
+    ones before it (within one step), and its held-out predictions against TF's (HELD_OUT_AGREEMENT)."""
+    from converters.frontends import load_signature
+    from converters.integer import read_summary
+    from converters.integer.fusion import fusion_lines
+    from converters.integer.per_tensor import verify_quantized_tensors
+    from converters.integer.steps import judge_steps
+
+    result = LoweringResult(example.name, INTEGER, tf_run_s=tf_run.run_s)
+    try:
+        if onnx_model is None:
+            onnx_model, result.convert_s = convert(example, INTEGER, write)
+            result.onnx_path = example.onnx_path(INTEGER) if write else None
+        result.node_summary = node_summary(onnx_model)
+        lines, steps = read_summary(onnx_model)
+        result.summary = tuple(lines) + tuple(fusion_lines(onnx_model))
+        sess = session(onnx_model, log_severity_level=3)
+        feed = {i.name: inputs[i.name] for i in sess.get_inputs()}
+        names = [o.name for o in sess.get_outputs()]
+        actual = dict(zip(names, sess.run(names, feed)))
+        result.ort_run_s = median_time(lambda: sess.run(names, feed), repeat)
+        result.held_out = tf_run.judge_held_out(example, _ort_classifier(sess))
+        for name in sorted(tf_run.outputs):
+            check = judge_steps(name, tf_run.outputs[name], actual[name], steps[name])
+            result.outputs.append(_step_result(check, "example inputs"))
+        if result.held_out is not None:
+            check = judge_steps("logits", result.held_out.tf_logits, result.held_out.logits, steps["logits"])
+            result.outputs.append(_step_result(check, f"{len(result.held_out.labels)} held-out digits"))
+        loaded, fn = load_signature(str(example.saved_model), example.signature)
+        result.per_tensor = verify_quantized_tensors(onnx_model, fn, inputs)
+        del loaded
+    except Exception as e:  # any failure is reported in the table, not hidden
+        result.error = f"{type(e).__name__}: {e}"
+        if os.environ.get("RUN_ALL_TRACEBACK"):
+            traceback.print_exc()
+    return result
+
+
+def _step_result(check, where: str) -> OutputResult:
+    """An end-to-end step judgment (converters.integer.steps) as a row of the example's output table."""
+    top1 = "" if check.top1 is None else f", top-1 as TF {check.top1:.1%}"
+    return OutputResult(f"{check.name} ({where})", (check.size,), check.max_steps * check.step, float("nan"),
+                        int(round((1 - check.identical) * check.size)), check.size,
+                        f"in steps of {check.step:.3g}: max {check.max_steps:g} (bound {check.bound:g}), within one "
+                        f"{check.within_one:.1%}{top1}", check.ok)
+
+
 def _ort_classifier(sess):
     """images -> logits by an ORT session of a classifier's inference graph."""
     name = sess.get_inputs()[0].name
@@ -707,7 +768,10 @@ def run_example(example: ExampleModel, lowerings=LOWERINGS, seed: int = 0, write
                 baseline: bool = True):
     inputs = example.make_inputs(np.random.default_rng(seed))
     tf_run = TensorFlowRun(example, inputs, repeat)
-    results = [check_lowering(example, lowering, tf_run, inputs, write=write, repeat=repeat) for lowering in lowerings]
+    results = [check_lowering(example, lowering, tf_run, inputs, write=write, repeat=repeat)
+               for lowering in lowerings if lowering != INTEGER]
+    if INTEGER in lowerings and example.integer:
+        results.append(check_integer(example, tf_run, inputs, write=write, repeat=repeat))
     if baseline:
         results.append(tf2onnx_baseline(example, tf_run, inputs, repeat))
     return inputs, results, tf_run.held_out, tf_run.onednn_held_out(example)
@@ -766,6 +830,10 @@ def format_example(example: ExampleModel, inputs: dict, results, tf_held_out: Op
             verdict = "" if r.lowering == TF2ONNX else (" ok" if r.held_out.ok else " FAIL")
             lines.append(f"    {r.lowering}: {r.held_out.describe()}{verdict}")
     for r in results:
+        if r.per_tensor is not None:
+            lines += [f"  {r.lowering}: {line}" for line in r.summary]
+            lines += [f"  {r.lowering}: {line}" for line in r.per_tensor.table().splitlines()]
+    for r in results:
         report = getattr(r, "per_node", None)
         if report is None:
             continue
@@ -780,7 +848,8 @@ def format_example(example: ExampleModel, inputs: dict, results, tf_held_out: Op
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="+", choices=sorted(EXAMPLES_BY_NAME), default=[e.name for e in EXAMPLES])
-    parser.add_argument("--lowerings", nargs="+", choices=LOWERINGS, default=list(LOWERINGS))
+    parser.add_argument("--lowerings", nargs="+", choices=LOWERINGS + (INTEGER,), default=list(LOWERINGS) + [INTEGER],
+                        help="the integer lowering runs for the QAT classifiers (ExampleModel.integer)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     parser.add_argument("--repeat", type=int, default=5, help="timed runs per measurement (median is shown)")
     parser.add_argument("--no-write", action="store_true", help="do not overwrite the committed ONNX files")

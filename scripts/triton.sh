@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Serves every bundled custom-lowering model (models/*/model.custom.onnx) through Triton Inference Server's
+# Serves every bundled custom-lowering model (models/*/model.custom.onnx), and the QAT MobileNetV2's integer model
+# (models/mobilenet_v2_qat/model.integer.onnx: standard QDQ, no library), through Triton Inference Server's
 # ONNX Runtime backend on the CPU, with docs/serving.md's config.pbtxt (model_operations naming the installed
 # libort_tf_ops.so), sends each model requests from several concurrent clients (tritonclient[http]) and
 # requires every response to be bit-identical to Python onnxruntime with the library on the same inputs. A
@@ -172,7 +173,7 @@ cleanup() {
 }
 trap cleanup EXIT
 "$PYTHON" tools/triton/make_repository.py --library "$LIBRARY" --repository "$WORK/repository" \
-    --cases "$WORK/cases" --clients "$CLIENTS" models/*/model.custom.onnx
+    --cases "$WORK/cases" --clients "$CLIENTS" models/*/model.custom.onnx models/mobilenet_v2_qat/model.integer.onnx
 
 # ---- the server -----------------------------------------------------------------------------------------------
 if [ -z "$PORT" ]; then

@@ -365,3 +365,23 @@ def test_cli_converts_verifies_and_prints_the_fused_counts(qat, tmp_path):
     assert run.returncode == 0, run.stdout + run.stderr
     assert "QLinearConv 4/4" in run.stdout and "QGemm 1/1" in run.stdout
     assert "judged in quantization steps" in run.stdout and "verification passed" in run.stdout
+
+
+def test_int8_weights_hold_the_same_integers(qat, converted):
+    """``integer_weights="int8"`` (for VNNI x86 and ARM, where ONNX Runtime's u8s8 kernels are exact) stores the same
+    integers with zero point 0; run unfused (float convolutions of the dequantized values, no u8s8 kernel) it
+    computes what the default uint8 model computes."""
+    import converters
+
+    int8 = converters.from_keras(qat, lowering="integer", integer_weights="int8")
+    a, b = _initializers(converted), _initializers(int8)
+    weights = [n for n in a if n.endswith("/integer/weight")]
+    assert len(weights) == 5
+    for name in weights:
+        assert a[name].dtype == np.uint8 and b[name].dtype == np.int8
+        assert np.array_equal(a[name].astype(np.int16) - 128, b[name].astype(np.int16))
+        assert not b[name.replace("/weight", "/weight_zero_point")].any()
+    images = {"images": _images(16, seed=4)}
+    np.testing.assert_array_equal(_ort(converted, images, optimize=False)[0], _ort(int8, images, optimize=False)[0])
+    with pytest.raises(ValueError, match="integer_weights"):
+        converters.from_keras(qat, lowering="integer", integer_weights="int4")

@@ -101,6 +101,28 @@ def test_committed_onnx_file(example_run, lowering):
     _assert_matches(run_all.check_lowering(example, lowering, tf_run, inputs, onnx_model=model, write=False, repeat=1))
 
 
+INTEGER_EXAMPLES = [e.name for e in run_all.EXAMPLES if e.integer]
+
+
+@pytest.mark.parametrize("committed", [True, False], ids=["committed", "fresh"])
+@pytest.mark.parametrize("name", INTEGER_EXAMPLES)
+def test_integer_model_matches_tensorflow_in_steps(name, committed):
+    """The QAT classifiers' integer models (converters.integer), the committed file and a fresh conversion: standard
+    QDQ only, the lowest IR version, logits within the step bound of TF's on the example inputs and the 360 held-out
+    digits, every quantized tensor within one step on TF's inputs, TF's predictions (run_all.check_integer)."""
+    example, inputs, tf_run = _tf_run(name)
+    model = _committed(example, run_all.INTEGER) if committed else None
+    if committed:
+        assert model.ir_version == ort_ops.lowest_ir_version(model) <= MAX_IR_VERSION, model.ir_version
+        onnx.checker.check_model(model)
+        assert {n.domain for n in model.graph.node} <= {"", "ai.onnx"}
+        assert ort_ops.DOMAIN not in {imp.domain for imp in model.opset_import}
+    result = run_all.check_integer(example, tf_run, inputs, onnx_model=model, write=False, repeat=1)
+    _assert_matches(result)
+    assert result.per_tensor is not None and len(result.per_tensor.checks) >= 5
+    assert any("in integer" in line for line in result.summary)
+
+
 # The custom lowering keeps one node per TF op of the family, so these say which ops each model
 # actually exercises (weight fake-quant nodes are constant-folded by TF's grappler at conversion).
 _TRAIN_STEP_FAMILY = {
@@ -211,8 +233,8 @@ IMAGE_INFERENCE = [e.name for e in run_all.EXAMPLES if e.signature in ("serving_
                    and e.name != "qdq" and "train_step" not in e.name]
 
 
-@pytest.mark.parametrize("lowering", run_all.LOWERINGS)
-@pytest.mark.parametrize("name", IMAGE_INFERENCE)
+@pytest.mark.parametrize("name,lowering", [(n, lowering) for n in IMAGE_INFERENCE for lowering in run_all.LOWERINGS]
+                         + [(n, run_all.INTEGER) for n in IMAGE_INFERENCE if run_all.EXAMPLES_BY_NAME[n].integer])
 def test_shipped_inference_outputs_vary_across_images(name, lowering):
     """A shipped inference model gives each of 16 real images (held-out digits and crops of the sample
     photographs) its own output: a model whose output does not depend on its input proves nothing."""
@@ -248,7 +270,7 @@ def test_classifiers_are_trained(name):
     committed file agrees with TF's predictions to the share run_all requires (its HeldOut judgment)."""
     example, _, tf_run = _tf_run(name)
     assert tf_run.held_out.accuracy >= MIN_HELD_OUT_ACCURACY[name], tf_run.held_out.describe()
-    for lowering in run_all.LOWERINGS:
+    for lowering in run_all.LOWERINGS + ((run_all.INTEGER,) if example.integer else ()):
         sess = run_all.session(_committed(example, lowering), log_severity_level=3)
         held_out = tf_run.judge_held_out(example, run_all._ort_classifier(sess))
         assert held_out.ok, f"{lowering}: {held_out.describe()}"

@@ -38,10 +38,10 @@ def refuse_training_graph(nodes: Iterable) -> None:
             + "): a training step or saliency map runs in float. Convert it with lowering='custom' or 'standard'")
 
 
-def lower_to_integer(model: onnx.ModelProto):
+def lower_to_integer(model: onnx.ModelProto, weights: str = "uint8"):
     """(the model as QDQ, its IntegerSummary, {quantized output: step}); the model's domain nodes are rewritten
-    or the conversion fails naming the node."""
-    model, summary, steps = rewrite(model)
+    or the conversion fails naming the node. ``weights``: converters.integer.rewrite.rewrite's."""
+    model, summary, steps = rewrite(model, weights)
     if not summary.compute_ops and not summary.activation_quantizers:
         raise ConversionError("the integer lowering found no quantizer in this graph: it is a float model, with "
                               "nothing to run in integer. Convert it with lowering='custom' or 'standard', or "

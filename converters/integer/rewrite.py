@@ -58,6 +58,7 @@ class IntegerSummary:
     integer_clamps: int = 0  # ReLU/ReLU6 (and narrow grids) written as a Clip of the integers
     dropped_clamps: int = 0  # ReLU/ReLU6 that QuantizeLinear's saturation already does
     float_ops: List[str] = dataclasses.field(default_factory=list)  # "node (op): why"
+    weight_storage: str = "uint8 with zero point 128"
 
     def lines(self) -> List[str]:
         out = []
@@ -65,7 +66,7 @@ class IntegerSummary:
             out.append(f"{op} in integer: {self.integer_ops.get(op, 0)}/{self.compute_ops[op]}")
         out.append(f"quantizers: {self.activation_quantizers} activation (QuantizeLinear/DequantizeLinear, "
                    f"{self.exact_input_quantizers} of the graph input with TF's rounding), "
-                   f"{self.weight_quantizers} weight (TF's int8 integers, stored as uint8 - 128); ReLU/ReLU6: "
+                   f"{self.weight_quantizers} weight (TF's int8 integers, stored as {self.weight_storage}); ReLU/ReLU6: "
                    f"{self.integer_clamps} as a Clip of the integers, {self.dropped_clamps} dropped (the grid clamps)")
         if self.clipped_quantizers:
             out.append(f"{len(self.clipped_quantizers)} quantizer(s) on a grid narrower than uint8 (narrow range or "
@@ -101,8 +102,14 @@ def _text(value):
     return value.decode() if isinstance(value, bytes) else value
 
 
+WEIGHT_TYPES = ("uint8", "int8")
+
+
 class _Rewriter:
-    def __init__(self, model: onnx.ModelProto):
+    def __init__(self, model: onnx.ModelProto, weights: str = "uint8"):
+        if weights not in WEIGHT_TYPES:
+            raise ValueError(f"integer_weights must be one of {WEIGHT_TYPES}, got {weights!r}")
+        self.weight_type = weights
         self.model = model
         self.graph = model.graph
         self.constants = {i.name: numpy_helper.to_array(i) for i in self.graph.initializer}
@@ -118,6 +125,8 @@ class _Rewriter:
         self.graph_inputs = {i.name for i in self.graph.input} - set(self.constants)
         self.shapes = self._shapes()
         self.summary = IntegerSummary()
+        if weights == "int8":
+            self.summary.weight_storage = "int8 (exact on VNNI x86 CPUs and ARM only)"
         self.new_nodes: List[onnx.NodeProto] = []
         self.new_initializers: List[onnx.TensorProto] = []
         self.absorbed = set()  # names of nodes a rewrite replaced
@@ -472,10 +481,14 @@ class _Rewriter:
             raise ConversionError(f"{kind} (node {name!r}): its bias in units of input scale x weight scale does not "
                                   "fit int32")
         prefix = f"{name}/integer"
+        # uint8 (the integers + 128, zero point 128) unless asked: ONNX Runtime's u8s8 kernels saturate on x86
+        # CPUs without VNNI (docs/integer.md, "Weights as uint8").
+        stored, zero = ((q + 128).astype(np.uint8), np.full(channels, 128, np.uint8)) if self.weight_type == "uint8" \
+            else (q.astype(np.int8), np.zeros(channels, np.int8))
         w_dq = self.emit("DequantizeLinear", [
-            self.initializer(prefix + "/weight", (q + 128).astype(np.uint8)),
+            self.initializer(prefix + "/weight", stored),
             self.initializer(prefix + "/weight_scale", w_scale),
-            self.initializer(prefix + "/weight_zero_point", np.full(channels, 128, np.uint8))], [prefix + "/weight_dq"],
+            self.initializer(prefix + "/weight_zero_point", zero)], [prefix + "/weight_dq"],
             prefix + "/weight_dq", doc_string=f"the integers of TF's weight quantizer {w.source}", axis=0)
         b_dq = self.emit("DequantizeLinear", [
             self.initializer(prefix + "/bias", bias.astype(np.int32)),
@@ -599,7 +612,36 @@ class _Rewriter:
             self.new_nodes.append(node)
         return self.finish()
 
+    def steps_through_float_tails(self):
+        """An output computed from a quantized tensor by a Softmax (or a layout op) has no grid of its own; it is
+        judged in a step scaled by how far the op can move an error: a layout op not at all (the same step), a
+        Softmax by at most half of the largest logit error (each row of its Jacobian sums to at most 1/2 in
+        absolute value), so half the logits' step."""
+        producer = {o: n for n in self.new_nodes for o in n.output}
+        scales = {}
+        for n in self.new_nodes:
+            if n.op_type == "DequantizeLinear" and n.input[1] in {i.name for i in self.new_initializers}:
+                scales[n.output[0]] = n.input[1]
+        values = {i.name: numpy_helper.to_array(i) for i in self.new_initializers}
+        for out in self.graph_outputs - set(self.output_steps):
+            factor, tensor = 1.0, out
+            for _ in range(8):
+                node = producer.get(tensor)
+                if node is None:
+                    break
+                if node.op_type == "DequantizeLinear" and node.output[0] in scales:
+                    scale = values[scales[node.output[0]]]
+                    if scale.size == 1:
+                        self.output_steps[out] = float(scale) * factor
+                    break
+                if node.op_type == "Softmax":
+                    factor *= 0.5
+                elif node.op_type not in LAYOUT_OPS + ("Identity",):
+                    break
+                tensor = node.input[0]
+
     def finish(self) -> onnx.ModelProto:
+        self.steps_through_float_tails()
         # Keep what the outputs need: the weight quantizers' float chains and absorbed nodes' constants go.
         needed = set(self.graph_outputs)
         kept = []
@@ -617,8 +659,10 @@ class _Rewriter:
         return self.model
 
 
-def rewrite(model: onnx.ModelProto):
-    """(the rewritten model, IntegerSummary, {graph output: its quantization step})."""
-    rewriter = _Rewriter(model)
+def rewrite(model: onnx.ModelProto, weights: str = "uint8"):
+    """(the rewritten model, IntegerSummary, {graph output: its quantization step}); ``weights``: the stored type of
+    the weight integers, "uint8" (zero point 128, right on every CPU) or "int8" (zero point 0, faster where ONNX
+    Runtime's u8s8 kernels are exact: VNNI x86 CPUs, ARM)."""
+    rewriter = _Rewriter(model, weights)
     out = rewriter.run()
     return out, rewriter.summary, rewriter.output_steps

@@ -12,6 +12,9 @@ not zero everywhere, and cannot be: the integer model rounds where TF rounds in 
   neighbouring input: flips propagate and multiply through a deep network, as they do between TF's own Eigen and
   oneDNN kernels (which round their float sums in different orders).
 
+An output computed from a quantized tensor by a Softmax has no grid; it is judged in half the logits' step (a
+Softmax moves no probability by more than half the largest logit error), converters.integer.rewrite records it.
+
 The verdict therefore bounds the largest error in steps (``DEFAULT_STEP_BOUND``, docs/integer.md has the
 measurements it rests on), and reports what a user weighs beside it: the share of values identical and within
 one step, and for a [batch, classes] output the share of rows whose top-1 class agrees. A wrong scale, zero point,
@@ -26,9 +29,10 @@ from typing import Optional
 import numpy as np
 
 # The default bound, in steps. Measured (docs/integer.md): the example models on their 360 held-out digits reach
-# at most 18 steps (the QAT MobileNetV2, 52 quantized layers) and 1-2 steps (the small CNNs); on the verifier's
-# random inputs the MobileNetV2 reaches <VERIFY_MAX>. A scale, zero point or bias error moves an output by tens
-# to hundreds of steps.
+# at most 18 steps (the QAT MobileNetV2, 52 quantized layers; LiteRT's int8 model of it: 17) and 1-2 steps (the
+# small CNNs); on the verifier's random inputs the MobileNetV2 reaches 7. A wrong zero point or weight moves an
+# output by hundreds of steps (tests/test_integer_lowering.py); a subtler error in one layer of a deep network can
+# hide in its drift end to end, which is what the per-tensor check (converters.integer.per_tensor) is for.
 DEFAULT_STEP_BOUND = 32.0
 
 

@@ -1,11 +1,12 @@
-"""Builds a Triton model repository for custom-lowering models, with the inputs to send and the outputs Python
+"""Builds a Triton model repository for custom-lowering models (and integer ones), with the inputs to send and the outputs Python
 onnxruntime gives for them (scripts/triton.sh).
 
 For each model (models/NAME/model.custom.onnx) the repository gets NAME/1/model.onnx and NAME/config.pbtxt,
 docs/serving.md's configuration generated from the model's inputs and outputs: where every input and output has a
 free first dim Triton batches it (max_batch_size, dims without that dim, dynamic_batching), else
 max_batch_size 0 and the full dims (a scalar as dims [1], the backend's convention for scalars); instance_group KIND_CPU;
-model_operations naming the library. One more entry, NAME_without_model_operations (fourbit_cnn's), has
+model_operations naming the library (only where the model has nodes of the domain: an integer model,
+models/NAME/model.integer.onnx, serves as NAME_integer without it). One more entry, NAME_without_model_operations (fourbit_cnn's), has
 the same configuration without model_operations and must fail to load.
 
 The cases folder gets manifest.json and, per model and client, one .npz per request holding the inputs
@@ -93,6 +94,12 @@ def make_inputs(model, batched, batch, rng):
     return feeds
 
 
+def entry_name(path: Path) -> str:
+    """models/NAME/model.custom.onnx serves as NAME; another lowering's file (model.integer.onnx) as NAME_integer."""
+    lowering = path.name.split(".")[-2] if path.name.count(".") >= 2 else "custom"
+    return path.parent.name if lowering == "custom" else f"{path.parent.name}_{lowering}"
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--library", required=True, help="absolute path of libort_tf_ops.so")
@@ -105,12 +112,13 @@ def main():
     args = parser.parse_args()
     library = str(Path(args.library).resolve())
     manifest = {"library": library, "clients": args.clients, "models": []}
-    names = [path.parent.name for path in args.models]
+    names = [entry_name(path) for path in args.models]
     bare_of = args.without_model_operations if args.without_model_operations in names else names[0]
     for index, path in enumerate(args.models):
-        name = path.parent.name
+        name = entry_name(path)
         model = onnx.load(str(path))
-        config, batched = config_text(name, model, library)
+        uses_library = any(n.domain == DOMAIN for n in model.graph.node)
+        config, batched = config_text(name, model, library if uses_library else None)
         (args.repository / name / "1").mkdir(parents=True)
         shutil.copyfile(path, args.repository / name / "1" / "model.onnx")
         (args.repository / name / "config.pbtxt").write_text(config)
@@ -127,7 +135,8 @@ def main():
 
         so = ort.SessionOptions()
         so.intra_op_num_threads = 1
-        so.register_custom_ops_library(library)
+        if uses_library:
+            so.register_custom_ops_library(library)
         session = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
         outputs = [o.name for o in session.get_outputs()]
         # Three requests a client (batches of 1, 2 and 3 where Triton batches).
