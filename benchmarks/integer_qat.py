@@ -1,6 +1,6 @@
 """Issue-35 benchmark: a QAT MobileNetV2 as an integer model, against TF, the exact float lowering, tf2onnx and LiteRT.
 
-    # from the repository root (needs ai-edge-litert: pip install ai-edge-litert):
+    # from the repository root, in the test environment plus the bench extra (pip install ".[test,bench]"):
     PYTHONPATH=. python benchmarks/integer_qat.py [--models example 224] [--threads 2] [--batches 1 8]
                                                    [--repeat 20] [--passes 2] [--onednn default|on|off]
 
