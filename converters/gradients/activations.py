@@ -8,7 +8,6 @@ same IEEE operation and avoids ONNX Runtime's signed-zero loss in Where.
 """
 from __future__ import annotations
 
-
 from converters.gradients._common import daz, float_type, flushed_product, mask, mul_no_nan, negative, positive
 from converters.gradients.registry import gradient_op
 from converters.standard._builder import Lowering

@@ -48,7 +48,7 @@ class Grid:
 
     @property
     def onnx_type(self) -> int:
-        """uint8 for 8 bits or fewer (a narrower grid lives inside it, with a Clip: see ``needs_clip``)."""
+        """uint8 for 8 bits or fewer (a narrower grid lives inside it, its integers clipped: ``needs_clip``)."""
         if self.num_bits > 8:
             raise ConversionError(f"{self.node}: a {self.num_bits}-bit quantizer; the integer lowering writes 8 bits "
                                   "or fewer (convert this model with lowering='custom' or 'standard')")
@@ -56,8 +56,8 @@ class Grid:
 
     @property
     def needs_clip(self) -> bool:
-        """Whether QuantizeLinear's saturation to [0, 255] is wider than TF's grid, so that a Clip to
-        [nudged_min, nudged_max] must come first (narrow range, or fewer than 8 bits)."""
+        """Whether QuantizeLinear's saturation to [0, 255] is wider than TF's grid [quant_min, quant_max], so that
+        the integers must be clipped to it after the QuantizeLinear (narrow range, or fewer than 8 bits)."""
         return self.quant_min != 0 or self.quant_max != 255
 
     def integers(self, x) -> np.ndarray:

@@ -7,15 +7,18 @@ What becomes what (docs/integer.md has the full account):
   QuantizeLinear -> DequantizeLinear on TF's nudged grid (converters.integer.grid); where it reads the graph
   input (through layout ops only), the integers are computed with TF's own rounding instead (float ops, then a
   Cast), so the network's input integers are TF's to the bit; a grid narrower than uint8 (narrow range, fewer
-  than 8 bits) gets a Clip to TF's range before its QuantizeLinear, which ONNX Runtime then runs in float;
+  than 8 bits) gets a Clip of its integers to TF's [quant_min, quant_max] after its QuantizeLinear;
 * a weight quantizer (the same ops on a constant, kept unfolded by converters.integer.unfolded) becomes an
-  int8 initializer holding TF's integers, with a per-output-channel scale into which the constant per-channel
+  initializer holding TF's integers (uint8 with zero point 128 by default, int8 on request: docs/integer.md), with
+  a per-output-channel scale into which the constant per-channel
   factors after the convolution (an inference batch norm, a Mul) are folded; the sign of a negative factor
   goes into the integers. The bias (the batch norm's shift, BiasAdd) is int32 with scale = input scale x weight
   scale, the only form ONNX Runtime fuses;
 * Conv, DepthwiseConv2dNative (a grouped Conv) and MatMul (a Gemm) with such a weight, a quantized input and a
-  quantizer after their per-channel affine tail become DQ -> Conv/Gemm -> Q groups. A ReLU or ReLU6 between the
-  tail and the quantizer is dropped where QuantizeLinear's own saturation does the same clamp (exact);
+  quantizer after their per-channel affine tail become DQ -> Conv/Gemm -> Q groups. A ReLU or ReLU6 right before a
+  quantizer becomes a Clip of its integers after the QuantizeLinear (exact: clamp and quantization are both
+  monotone), dropped where QuantizeLinear's own saturation does the same clamp, so the group stays fused;
+* MaxPool and layout ops on a quantized tensor keep its grid: DQ -> op -> Q -> DQ, run on the integers;
 * a quantizer after a layout op (Squeeze of the global mean) also quantizes the layout op's input, so that the
   layout op runs on integers and the op before it has its Q.
 
@@ -70,8 +73,8 @@ class IntegerSummary:
                    f"{self.integer_clamps} as a Clip of the integers, {self.dropped_clamps} dropped (the grid clamps)")
         if self.clipped_quantizers:
             out.append(f"{len(self.clipped_quantizers)} quantizer(s) on a grid narrower than uint8 (narrow range or "
-                       "fewer than 8 bits) keep a Clip before their QuantizeLinear: ONNX Runtime runs the ops around "
-                       "them in float: " + ", ".join(self.clipped_quantizers[:5])
+                       "fewer than 8 bits): a Clip keeps their integers on TF's grid after the QuantizeLinear, in "
+                       "ONNX Runtime's 8-bit kernels: " + ", ".join(self.clipped_quantizers[:5])
                        + (" ..." if len(self.clipped_quantizers) > 5 else ""))
         if self.float_ops:
             out.append(f"{len(self.float_ops)} float island(s): " + "; ".join(self.float_ops[:8])
@@ -345,7 +348,6 @@ class _Rewriter:
         """Follow the compute node's output through per-channel constant Add / Mul / inference batch norms, then
         an optional ReLU/Clip, to a quantizer: (a, b, clamp node or None, last tail tensor, quantizer node,
         absorbed nodes) with the tail = conv * a + b per output channel, or None."""
-        channels = None
         a = b = None
         absorbed = []
         out = node.output[0]
@@ -382,7 +384,6 @@ class _Rewriter:
                 break
             absorbed.append(user)
             out = user.output[0]
-            channels = len(a)
         clamp = None
         user = self.sole_consumer(out)
         if user is not None and user.name in self.absorbed and user.op_type in ("Relu", "Clip"):
@@ -390,7 +391,6 @@ class _Rewriter:
             user = self.sole_consumer(user.output[0])
         if user is None or user.output[0] not in self.activation_grids:
             return None
-        del channels
         return a, b, clamp, out, user, absorbed
 
     def _per_channel(self, node, c):
