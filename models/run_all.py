@@ -576,21 +576,28 @@ def node_summary(onnx_model) -> str:
     return f"{len(onnx_model.graph.node)} nodes, {custom} in {DOMAIN}"
 
 
+def _convert_and_run(example, lowering, tf_run, inputs, onnx_model, write, repeat, result):
+    """(the model, its outputs on ``inputs``): converted unless given; ``result`` gets the conversion time, file,
+    node summary, ORT run time and held-out judgment. Shared by check_lowering and check_integer."""
+    if onnx_model is None:
+        onnx_model, result.convert_s = convert(example, lowering, write)
+        result.onnx_path = example.onnx_path(lowering) if write else None
+    result.node_summary = node_summary(onnx_model)
+    sess = session(onnx_model, log_severity_level=3)  # the library exactly for the custom lowering
+    feed = {i.name: inputs[i.name] for i in sess.get_inputs()}
+    names = [o.name for o in sess.get_outputs()]
+    actual = dict(zip(names, sess.run(names, feed)))
+    result.ort_run_s = median_time(lambda: sess.run(names, feed), repeat)
+    result.held_out = tf_run.judge_held_out(example, _ort_classifier(sess))
+    return onnx_model, actual
+
+
 def check_lowering(example: ExampleModel, lowering: str, tf_run: TensorFlowRun, inputs: dict, onnx_model=None,
                    write: bool = True, repeat: int = 5) -> LoweringResult:
     """Convert (unless ``onnx_model`` is given), run in ORT, compare every output with ``tf_run``."""
     result = LoweringResult(example.name, lowering, tf_run_s=tf_run.run_s)
     try:
-        if onnx_model is None:
-            onnx_model, result.convert_s = convert(example, lowering, write)
-            result.onnx_path = example.onnx_path(lowering) if write else None
-        result.node_summary = node_summary(onnx_model)
-        sess = session(onnx_model, log_severity_level=3)  # the library exactly for the custom lowering
-        feed = {i.name: inputs[i.name] for i in sess.get_inputs()}
-        names = [o.name for o in sess.get_outputs()]
-        actual = dict(zip(names, sess.run(names, feed)))
-        result.ort_run_s = median_time(lambda: sess.run(names, feed), repeat)
-        result.held_out = tf_run.judge_held_out(example, _ort_classifier(sess))
+        onnx_model, actual = _convert_and_run(example, lowering, tf_run, inputs, onnx_model, write, repeat, result)
     except Exception as e:  # any failure is reported in the table, not hidden
         result.error = f"{type(e).__name__}: {e}"
         if os.environ.get("RUN_ALL_TRACEBACK"):
@@ -641,18 +648,9 @@ def check_integer(example: ExampleModel, tf_run: TensorFlowRun, inputs: dict, on
 
     result = LoweringResult(example.name, INTEGER, tf_run_s=tf_run.run_s)
     try:
-        if onnx_model is None:
-            onnx_model, result.convert_s = convert(example, INTEGER, write)
-            result.onnx_path = example.onnx_path(INTEGER) if write else None
-        result.node_summary = node_summary(onnx_model)
+        onnx_model, actual = _convert_and_run(example, INTEGER, tf_run, inputs, onnx_model, write, repeat, result)
         lines, steps = read_summary(onnx_model)
         result.summary = tuple(lines) + tuple(fusion_lines(onnx_model))
-        sess = session(onnx_model, log_severity_level=3)
-        feed = {i.name: inputs[i.name] for i in sess.get_inputs()}
-        names = [o.name for o in sess.get_outputs()]
-        actual = dict(zip(names, sess.run(names, feed)))
-        result.ort_run_s = median_time(lambda: sess.run(names, feed), repeat)
-        result.held_out = tf_run.judge_held_out(example, _ort_classifier(sess))
         for name in sorted(tf_run.outputs):
             check = judge_steps(name, tf_run.outputs[name], actual[name], steps[name])
             result.outputs.append(_step_result(check, "example inputs"))
