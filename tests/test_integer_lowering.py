@@ -316,16 +316,21 @@ def test_a_float_graph_is_refused_saying_nothing_is_integer():
         converters.from_function(f, f.input_signature, lowering="integer")
 
 
-def test_an_op_without_an_integer_rule_is_named():
+def test_a_batch_norm_outside_a_pattern_is_named():
+    """An inference batch norm that follows no convolution has nothing to fold into: the error names it."""
     import tensorflow as tf
 
     import converters
 
-    @tf.function(input_signature=[tf.TensorSpec([2, 4], tf.float32)])
-    def f(x):
-        return tf.quantization.quantize_and_dequantize_v2(x, -1.0, 1.0, range_given=True)
+    c = tf.constant(np.linspace(0.5, 1.5, 4).astype(np.float32))
 
-    with pytest.raises(converters.ConversionError, match="QuantizeAndDequantizeV.*integer lowering has no rule"):
+    @tf.function(input_signature=[tf.TensorSpec([2, 3, 3, 4], tf.float32)])
+    def f(x):
+        xq = tf.quantization.fake_quant_with_min_max_args(x, -1.0, 1.0)
+        y = tf.compat.v1.nn.fused_batch_norm(xq, c, c, mean=c, variance=c, is_training=False)[0]
+        return tf.quantization.fake_quant_with_min_max_args(y, -4.0, 4.0)
+
+    with pytest.raises(converters.ConversionError, match="FusedBatchNorm.*not part of a pattern the integer lowering"):
         converters.from_function(f, f.input_signature, lowering="integer")
 
 

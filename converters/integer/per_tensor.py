@@ -21,7 +21,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from converters.integer.grid import FAKE_QUANT_DIVIDES, fake_quant_grid
+from converters.integer.grid import FAKE_QUANT_DIVIDES, QUANTIZE_DEQUANTIZE_OPS, fake_quant_grid, quantizer_grid
 from converters.integer.steps import steps_between
 
 DEFAULT_TENSOR_BOUND = 1.0
@@ -83,6 +83,29 @@ def _activation_dequantizers(model: onnx.ModelProto) -> list:
         if scale.size == 1:
             found.append((node, float(scale)))
     return found
+
+
+def _per_tensor_quantizer(op) -> bool:
+    """Whether a TF op is a quantizer with one fixed grid for the whole tensor."""
+    if op.type in QUANTIZE_DEQUANTIZE_OPS:
+        return op.get_attr("range_given") and op.get_attr("axis") == -1
+    return op.type in FAKE_QUANT_DIVIDES and op.type != "FakeQuantWithMinMaxVarsPerChannel"
+
+
+def _tf_grid(op, fetched):
+    """TF's grid of a quantizer op of the TF graph, its range (and V3's num_bits) from ``fetched``."""
+    if op.type == "FakeQuantWithMinMaxArgs":
+        attrs = {k: op.get_attr(k) for k in ("num_bits", "narrow_range", "min", "max")}
+        return fake_quant_grid(op.name, op.type, attrs)
+    if op.type in QUANTIZE_DEQUANTIZE_OPS:
+        attrs = {k: op.get_attr(k) for k in ("signed_input", "range_given", "narrow_range", "axis")}
+        if op.type == "QuantizeAndDequantizeV3":
+            attrs["num_bits"] = int(fetched[op.inputs[3].name])
+        else:
+            attrs.update(num_bits=op.get_attr("num_bits"), round_mode=op.get_attr("round_mode"))
+    else:
+        attrs = {k: op.get_attr(k) for k in ("num_bits", "narrow_range")}
+    return quantizer_grid(op.name, op.type, attrs, fetched[op.inputs[1].name], fetched[op.inputs[2].name])
 
 
 def fed_model(model: onnx.ModelProto, names: List[str]) -> onnx.ModelProto:
@@ -158,25 +181,19 @@ def verify_quantized_tensors(onnx_model, tf_fn=None, inputs=None, seed: int = 0,
         op = graph.get_tensor_by_name(tf_name_of.get(name, name)).op
         while op.type == "Identity":  # a renamed output: the signature's Identity of the quantizer
             op = op.inputs[0].op
-        if op.type not in FAKE_QUANT_DIVIDES or op.type == "FakeQuantWithMinMaxVarsPerChannel":
+        if not _per_tensor_quantizer(op):
             present.remove(name)
             unmatched.append(name)
             continue
         grids[name] = op
         if op.type != "FakeQuantWithMinMaxArgs":
-            range_tensors += [op.inputs[1].name, op.inputs[2].name]
+            range_tensors += [t.name for t in op.inputs[1:4]]  # min, max (and V3's num_bits)
     init_values = {i.name: numpy_helper.to_array(i) for i in onnx_model.graph.initializer}
     fetch = [tf_name_of.get(n, n) for n in present] + range_tensors
     fetched = _tf_run(graph, frozen_fn, renames, inputs, init_values, list(dict.fromkeys(fetch)))
     tf_values = {n: fetched[tf_name_of.get(n, n)] for n in present}
     for name, op in grids.items():
-        attrs = {k: op.get_attr(k) for k in ("num_bits", "narrow_range")}
-        if op.type == "FakeQuantWithMinMaxArgs":
-            attrs.update(min=op.get_attr("min"), max=op.get_attr("max"))
-            grids[name] = fake_quant_grid(op.name, op.type, attrs)
-        else:
-            grids[name] = fake_quant_grid(op.name, op.type, attrs, fetched[op.inputs[1].name],
-                                          fetched[op.inputs[2].name])
+        grids[name] = _tf_grid(op, fetched)
     # ONNX Runtime's own run gives each tensor's layout (and the closer one where a shape is ambiguous).
     integers_of = {node.output[0]: node.input[0] for node, _ in dequantizers}
     exposed = onnx.ModelProto()

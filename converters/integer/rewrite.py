@@ -3,8 +3,9 @@
 
 What becomes what (docs/integer.md has the full account):
 
-* an activation quantizer (FakeQuantWithMinMax{Args,Vars,VarsPerChannel} of a computed tensor) becomes
-  QuantizeLinear -> DequantizeLinear on TF's nudged grid (converters.integer.grid); where it reads the graph
+* an activation quantizer (FakeQuantWithMinMax{Args,Vars,VarsPerChannel}, or QuantizeAndDequantizeV2/V3/V4 with
+  a given range, of a computed tensor) becomes QuantizeLinear -> DequantizeLinear on TF's grid
+  (converters.integer.grid); where it reads the graph
   input (through layout ops only), the integers are computed with TF's own rounding instead (float ops, then a
   Cast), so the network's input integers are TF's to the bit; a grid narrower than uint8 (narrow range, fewer
   than 8 bits) gets a Clip of its integers to TF's [quant_min, quant_max] after its QuantizeLinear;
@@ -36,7 +37,10 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from converters.errors import ConversionError
-from converters.integer.grid import FAKE_QUANT_DIVIDES, Grid, fake_quant_grid
+import ort_ops
+from converters.integer.grid import (FAKE_QUANT_ROUNDING, QUANTIZE_DEQUANTIZE_OPS, QUANTIZER_OPS, Grid,
+                                     fake_quant_grid, quantize_dequantize_grid, quantizer_grid)
+from ort_ops.reference._quantize_dequantize import HALF_UP
 from ort_ops.schemas import DOMAIN
 
 INT8_MIN, INT8_MAX = -128, 127
@@ -171,28 +175,40 @@ class _Rewriter:
         return node.domain == DOMAIN and (not types or node.op_type in types)
 
     def _grid_of(self, node) -> Optional[Grid]:
-        """The Grid of a domain FakeQuant node with a constant range (None for other nodes)."""
-        if not self.is_family(node, *FAKE_QUANT_DIVIDES):
+        """The Grid of a domain quantizer with a fixed range (None for other nodes)."""
+        if not self.is_family(node, *QUANTIZER_OPS):
             return None
         attrs = {k: _text(v) for k, v in _attrs(node).items()}
         if node.op_type == "FakeQuantWithMinMaxArgs":
             return fake_quant_grid(node.name, node.op_type, attrs)
+        data = None
+        if node.op_type in QUANTIZE_DEQUANTIZE_OPS:
+            attrs = ort_ops.get_spec(node.op_type).with_defaults(attrs)
+            if node.op_type == "QuantizeAndDequantizeV3":
+                num_bits = self.constants.get(node.input[3])
+                if num_bits is None:
+                    raise ConversionError(f"{node.op_type} (node {node.name!r}): its num_bits is computed in the "
+                                          "graph, not a constant; an integer model needs a fixed grid")
+                attrs["num_bits"] = int(num_bits)
+            if not attrs["range_given"]:
+                data = self.constants.get(node.input[0])
+                return quantize_dequantize_grid(node.name, node.op_type, attrs, data=data)
         mn, mx = (self.constants.get(t) for t in node.input[1:3])
         if mn is None or mx is None:
             raise ConversionError(f"{node.op_type} (node {node.name!r}): its min/max are computed in the graph, "
                                   "not constants; an integer model needs a fixed range (a training step or a "
                                   "range fed at run time cannot be one)")
-        return fake_quant_grid(node.name, node.op_type, attrs, mn, mx)
+        return quantizer_grid(node.name, node.op_type, attrs, mn, mx)
 
     # -- analysis --------------------------------------------------------------------------------------------
     def classify_quantizers(self):
         for node in self.graph.node:
-            if self.is_family(node) and node.op_type not in FAKE_QUANT_DIVIDES and node.op_type not in (
+            if self.is_family(node) and node.op_type not in QUANTIZER_OPS and node.op_type not in (
                     "DepthwiseConv2dNative",) + BATCH_NORM_OPS:
                 raise ConversionError(
                     f"{node.op_type} (node {node.name!r}): the integer lowering has no rule for this op (it writes "
-                    "FakeQuantWithMinMax* quantizers, convolutions, matmuls and inference batch norms folded into "
-                    "them); convert with lowering='custom' or 'standard'")
+                    "FakeQuantWithMinMax* and QuantizeAndDequantizeV2/V3/V4 quantizers, convolutions, matmuls and "
+                    "inference batch norms folded into them); convert with lowering='custom' or 'standard'")
             grid = self._grid_of(node)
             if grid is None:
                 continue
@@ -295,7 +311,7 @@ class _Rewriter:
             integers = clamped
             if clamp is not None:
                 self.summary.integer_clamps += 1
-            if grid.needs_clip:
+            if grid.needs_clip and grid.node not in self.summary.clipped_quantizers:
                 self.summary.clipped_quantizers.append(grid.node)
         elif clamp is not None:
             self.summary.dropped_clamps += 1
@@ -307,13 +323,26 @@ class _Rewriter:
 
     def emit_tf_rounding(self, prefix: str, x: str, grid: Grid, integers: str, rank: Optional[int]):
         """k = floor((clamp(x) - nudged_min) / scale - quant_zero + 0.5) + zero_point, in float32 as TF's
-        kernel computes it (ort_ops.reference._fake_quant.quantized_integers), then a Cast to uint8."""
+        kernel computes it (ort_ops.reference._fake_quant.quantized_integers), then a Cast to uint8; for a
+        QuantizeAndDequantize, k = round(clamp(x) * scale) + zero_point."""
         along = (lambda p: np.asarray(p, np.float32)) if grid.axis is None else (
             lambda p: np.asarray(grid._along(p, rank), np.float32))
         quant_zero = np.floor((-grid.nudged_min * grid.inv_scale).astype(np.float32) + np.float32(0.5))
         c = lambda name, v: self.initializer(f"{prefix}/{name}", along(v))  # noqa: E731
         t = self.emit("Min", [x, c("nudged_max", grid.nudged_max)], [prefix + "/min"], prefix + "/Min")
         t = self.emit("Max", [t, c("nudged_min", grid.nudged_min)], [prefix + "/max"], prefix + "/Max")
+        if grid.rounding != FAKE_QUANT_ROUNDING:
+            # QuantizeAndDequantize: q = round(clamp(x) * scale) (ort_ops.reference._quantize_dequantize), ONNX's
+            # Round being IEEE half to even as TF's rint, HALF_UP floor(v + 0.5) in float32 as TF computes it.
+            t = self.emit("Mul", [t, c("inv_step", grid.inv_scale)], [prefix + "/scaled"], prefix + "/Mul")
+            if grid.rounding == HALF_UP:
+                t = self.emit("Add", [t, c("half", np.float32(0.5))], [prefix + "/half_up"], prefix + "/AddHalf")
+                t = self.emit("Floor", [t], [prefix + "/q"], prefix + "/Floor")
+            else:
+                t = self.emit("Round", [t], [prefix + "/q"], prefix + "/Round")
+            t = self.emit("Add", [t, c("zero_point_f", grid.zero_point)], [prefix + "/k"], prefix + "/AddZeroPoint")
+            self.emit("Cast", [t], [integers], prefix + "/Cast", to=TensorProto.UINT8)
+            return
         t = self.emit("Sub", [t, prefix + "/nudged_min"], [prefix + "/shifted"], prefix + "/Sub")
         if grid.divide:
             t = self.emit("Div", [t, c("step", grid.scale)], [prefix + "/scaled"], prefix + "/Div")

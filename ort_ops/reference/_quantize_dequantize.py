@@ -58,19 +58,26 @@ def round_values(v, round_mode: str):
     return np.floor((v + t(0.5)).astype(t)).astype(t)
 
 
-def quantize_dequantize(x, min_range, max_range, scale, inverse, range_given: bool, round_mode: str, keep_input_nan=True):
-    """The output: with a given range the input is clamped to the adjusted range first.
-
-    Where both the rounded input and ``inverse`` are NaN, the result is the rounded input's NaN
-    where ``keep_input_nan`` (broadcast against x) holds, else ``inverse``'s (see _qdq_eigen_order).
-    """
+def quantized_integers(x, min_range, max_range, scale, range_given: bool, round_mode: str):
+    """The integers q of the quantization (in T; the output is ``q * inverse``): with a given range the input is
+    clamped to the adjusted range first, then scaled and rounded. Parameters broadcast against ``x``."""
     t = x.dtype.type
     with np.errstate(all="ignore"):
         x = flush(x)
         if range_given:
             x = eigen_max(eigen_min(x, max_range), min_range).astype(t)
-        scaled = flush((x * scale).astype(t))
-        rounded = round_values(scaled, round_mode)
+        return round_values(flush((x * scale).astype(t)), round_mode)
+
+
+def quantize_dequantize(x, min_range, max_range, scale, inverse, range_given: bool, round_mode: str, keep_input_nan=True):
+    """The output: :func:`quantized_integers` times ``inverse``.
+
+    Where both the rounded input and ``inverse`` are NaN, the result is the rounded input's NaN
+    where ``keep_input_nan`` (broadcast against x) holds, else ``inverse``'s (see _qdq_eigen_order).
+    """
+    t = x.dtype.type
+    rounded = quantized_integers(x, min_range, max_range, scale, range_given, round_mode)
+    with np.errstate(all="ignore"):
         out = flush((rounded * inverse).astype(t))
         both_nan = np.isnan(rounded) & np.isnan(inverse)
         if both_nan.any():
