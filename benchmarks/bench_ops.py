@@ -144,17 +144,19 @@ def fastest_in_children(commands: dict, passes: int, env: dict) -> dict:
             lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
             if proc.returncode != 0 or not lines:
                 raise RuntimeError(f"timing {label} failed:\n{proc.stderr[-3000:]}")
-            times = {int(k): v for k, v in json.loads(lines[-1]).items()}
+            times = {int(k) if k.isdigit() else k: v for k, v in json.loads(lines[-1]).items()}
             best[label] = {b: min(t, best.get(label, {}).get(b, t)) for b, t in times.items()}
     return best
 
 
-def median_ms(fn: Callable, repeat: int) -> float:
+def median_ms(fn: Callable, repeat: int, pause: float = 0.05) -> float:
     """Median time of ``repeat`` calls of ``fn`` after two warm-up calls. The pause before each call
-    lets the runtime's worker threads stop spinning, as they would between a server's requests."""
+    lets the runtime's worker threads stop spinning, as they would between a server's requests
+    (``pause=0``: back to back, as under a steady stream of requests)."""
     samples = []
     for i in range(repeat + 2):
-        time.sleep(0.05)
+        if pause:
+            time.sleep(pause)
         t = time.perf_counter()
         fn()
         if i >= 2:
