@@ -48,7 +48,7 @@ INT32_LIMIT = 2 ** 31 - 1
 LAYOUT_OPS = ("Squeeze", "Unsqueeze", "Reshape", "Flatten", "Transpose")
 # Ops whose output is on their input's grid (they move or select values; max commutes with the monotone
 # quantization): ONNX Runtime runs them on the integers between a DequantizeLinear and a QuantizeLinear.
-GRID_PRESERVING_OPS = ("MaxPool", "Identity") + LAYOUT_OPS
+GRID_PRESERVING_OPS = ("MaxPool", "Identity", "Pad") + LAYOUT_OPS  # Pad: see _pads_on_grid
 BATCH_NORM_OPS = ("FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3")
 
 
@@ -243,6 +243,7 @@ class _Rewriter:
             if (not node.domain and node.op_type in GRID_PRESERVING_OPS and node.input
                     and node.input[0] in self.activation_grids and node.output[0] not in self.activation_grids
                     and self.activation_grids[node.input[0]].axis is None
+                    and (node.op_type != "Pad" or self._pads_on_grid(node, self.activation_grids[node.input[0]]))
                     and not any(u.output and u.output[0] in self.activation_grids for u in self.consumers[node.output[0]])):
                 self.activation_grids[node.output[0]] = self.activation_grids[node.input[0]]
                 self.inherited[node.output[0]] = node
@@ -254,6 +255,21 @@ class _Rewriter:
                     and self.sole_consumer(layout.output[0]) is fq and layout.input[0] not in self.activation_grids
                     and layout.input[0] not in self.graph_inputs):
                 self.pre_quantized[layout.name] = grid
+
+    def _pads_on_grid(self, pad, grid: Grid) -> bool:
+        """Whether a Pad's output stays on its input's grid: edge and reflect copy input values; a constant pad
+        does where its value is a grid point (0 always is: TF's nudging puts zero on the grid)."""
+        if _text(_attrs(pad).get("mode", "constant")) != "constant":
+            return True
+        if len(pad.input) < 3 or not pad.input[2]:
+            return True  # ONNX's default: 0
+        value = self.constants.get(pad.input[2])
+        if value is None or value.size != 1:
+            return False
+        v = np.float32(value.reshape(()))
+        k = np.rint(v / grid.scale) + grid.zero_point
+        return bool(grid.quant_min <= k <= grid.quant_max
+                    and np.float32((k - grid.zero_point) * grid.scale) == v)
 
     @staticmethod
     def _reshape_target(shape, target):
@@ -590,14 +606,40 @@ class _Rewriter:
         w = self.weights[node.input[1]]
         name = node.input[1] + "/fake_quantized"
         value = (w.q.astype(np.float32) * w.scale).astype(np.float32)
+        if node.domain:
+            # A depthwise filter [kh, kw, C, M] as a grouped Conv's [C*M, 1, kh, kw] (float, as TF computes it).
+            kh, kw, c, m = value.shape
+            self.initializer(name, np.ascontiguousarray(np.transpose(value, (2, 3, 0, 1)).reshape(c * m, 1, kh, kw)))
+            self.emit("Conv", [node.input[0], name], [node.output[0]], node.name, **self.conv_attrs(node, None))
+            return
         self.initializer(name, value)
         copy = onnx.NodeProto()
         copy.CopyFrom(node)
         copy.input[1] = name
-        if node.domain:
-            raise ConversionError(f"DepthwiseConv2dNative (node {node.name!r}): cannot be written as integers "
-                                  f"({self.summary.float_ops[-1]}); convert with lowering='custom' or 'standard'")
         self.new_nodes.append(copy)
+
+    def float_batch_norm(self, node) -> bool:
+        """An inference batch norm that no convolution absorbed, in float: ``(x - mean) * k + offset`` per channel
+        with ``k = rsqrt(variance + epsilon) * scale``, the order of TF's kernel (ort_ops.reference._batch_norm),
+        named as a float island. False where it is not one (training mode, statistics not constant)."""
+        attrs = _attrs(node)
+        stats = [self.constants.get(t) for t in node.input[1:5]]
+        if (attrs.get("is_training", 1) or any(v is None for v in stats)
+                or _text(attrs.get("data_format", "NHWC")) != "NCHW"
+                or any(self.consumers.get(o) or o in self.graph_outputs for o in node.output[1:])):
+            return False
+        gamma, beta, mean, var = (v.astype(np.float32).reshape(-1, 1, 1) for v in stats)
+        eps = np.float32(attrs.get("epsilon", 1e-4))
+        k = (np.float32(1) / np.sqrt((var + eps).astype(np.float32))).astype(np.float32) * gamma
+        prefix = node.name + "/float"
+        t = self.emit("Sub", [node.input[0], self.initializer(prefix + "/mean", mean)], [prefix + "/centred"],
+                      prefix + "/Sub")
+        t = self.emit("Mul", [t, self.initializer(prefix + "/factor", k.astype(np.float32))], [prefix + "/scaled"],
+                      prefix + "/Mul")
+        self.emit("Add", [t, self.initializer(prefix + "/offset", beta)], [node.output[0]], prefix + "/Add")
+        self.summary.float_ops.append(f"{node.name} ({node.op_type}): not after a convolution written in integer, "
+                                      "so in float")
+        return True
 
     # -- the pass --------------------------------------------------------------------------------------------
     def run(self) -> onnx.ModelProto:
@@ -634,10 +676,13 @@ class _Rewriter:
                 if node.domain:
                     raise ConversionError(f"DepthwiseConv2dNative (node {node.name!r}): its filter is not a quantized "
                                           "constant; the integer lowering writes quantized depthwise convolutions only")
+            if self.is_family(node, *BATCH_NORM_OPS) and self.float_batch_norm(node):
+                continue
             if self.is_family(node):
                 raise ConversionError(f"{node.op_type} (node {node.name!r}): not part of a pattern the integer lowering "
-                                      "writes (a batch norm must follow a quantized convolution); convert with "
-                                      "lowering='custom' or 'standard'")
+                                      "writes (an inference batch norm with constant statistics, folded into the "
+                                      "convolution before it or in float); convert with lowering='custom' or "
+                                      "'standard'")
             self.new_nodes.append(node)
         return self.finish()
 
