@@ -8,7 +8,8 @@
 The models are built from the libraries users have, with ``weights=None`` and seeded: keras.applications
 (Keras 3: MobileNetV2, MobileNetV3Small, EfficientNetB0, ConvNeXtTiny), keras_hub (``MobileNetBackbone`` from
 arguments, MobileNetV3-Small's stacks, no preset, under a pooling + Dense head), tf_keras.applications
-(MobileNetV2) and tfmot's ``quantize_model`` of it. Their batch-norm statistics are calibrated on crops of
+(MobileNetV2) and tfmot's ``quantize_model`` of it, of MobileNet and of ResNet50 (these three also in the integer
+lowering, judged in quantization steps end to end and per quantized tensor). Their batch-norm statistics are calibrated on crops of
 scikit-learn's two sample photographs (one training-mode pass with momentum 0, so each moving statistic is its
 layer's batch statistic: the outputs neither vanish nor explode), and a QAT model's ranges move with them.
 
@@ -99,7 +100,8 @@ def build(name: str, size: int):
 # parameters' network twice (TF's and ORT's), 15 GB at 64x64.
 SIZE_CAP = {"keras.ConvNeXtTiny": 64}
 MODELS = ("keras.MobileNetV2", "keras.MobileNetV3Small", "keras.EfficientNetB0", "keras.ConvNeXtTiny",
-          "keras_hub.MobileNetBackbone", "tf_keras.MobileNetV2", "tfmot.MobileNetV2")
+          "keras_hub.MobileNetBackbone", "tf_keras.MobileNetV2", "tfmot.MobileNetV2", "tfmot.MobileNet",
+          "tfmot.ResNet50")
 
 
 def images(batch: int, size: int, seed: int = SEED):
@@ -254,7 +256,11 @@ def convert(info: dict, graph: str, lowering: str, per_node: bool, work: str) ->
     if proc.returncode in (0, EXIT_VERIFY_FAILED) and os.path.exists(out):
         model = onnx.load(out)
         result.update(onnx=out, signature=graph_signature(model), **_graph_counts(model))
-        end_to_end = "verification passed" in proc.stdout.split("per-node verification")[0]
+        before_nodes = proc.stdout.split("per-node verification")[0]
+        end_to_end = any(line.strip() == "verification passed" for line in before_nodes.splitlines())
+        if lowering == "integer":
+            result["per_tensor"] = "passed" if "per-tensor verification passed" in proc.stdout else "FAILED"
+            result["steps"] = _step_rows(proc.stdout)
         if per_node:
             result["per_node"] = "passed" if "per-node verification passed" in proc.stdout else "FAILED"
         if graph == "train":
@@ -269,6 +275,21 @@ def convert(info: dict, graph: str, lowering: str, per_node: bool, work: str) ->
         result["verdict"] = "conversion failed: " + (error[0][len("error: "):][:160] if error else "see log")
     result["log_tail"] = (proc.stdout + proc.stderr)[-4000:]
     return result
+
+
+def _step_rows(stdout: str) -> list:
+    """The integer model's end-to-end step table rows: [(output, max steps, TF spread in steps, bound)]."""
+    rows, inside = [], False
+    for line in stdout.splitlines():
+        if line.startswith("integer model: quantized outputs judged"):
+            inside = True
+            continue
+        if inside and line.startswith("TF reference"):
+            break
+        cells = line.split()
+        if inside and len(cells) >= 9 and cells[0] != "output":
+            rows.append((cells[0], cells[2], cells[6], cells[7]))
+    return rows
 
 
 # ----------------------------------------------------------------------------------------------- timing
@@ -364,6 +385,9 @@ def table(rows: list, timing: dict, args) -> str:
             verdict = f"per node {r['per_node']}" + (f" ({r['end_to_end']})" if "end_to_end" in r else ", end to end passed")
         elif "per_node" in r:
             verdict += f", per node {r['per_node']}"
+        if "per_tensor" in r:
+            steps = "; ".join(f"max {m} steps (TF spread {sp}, bound {b})" for _, m, sp, b in r.get("steps", []))
+            verdict += f" end to end ({steps}), per quantized tensor {r['per_tensor']}"
         if r.get("traceback"):
             verdict += ", traceback printed"
         if r["label"] == "custom" and r.get("signature") and r["signature"] == same_as.get((r["model"], r["graph"])):
@@ -379,7 +403,8 @@ def main(argv=None) -> int:
     p.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
     p.add_argument("--size", type=int, default=96)
     p.add_argument("--graphs", nargs="+", default=["inference", "train"], choices=("inference", "train"))
-    p.add_argument("--lowerings", nargs="+", default=["custom", "standard"], choices=("custom", "standard"))
+    p.add_argument("--lowerings", nargs="+", default=["custom", "standard", "integer"],
+                   choices=("custom", "standard", "integer"), help="integer: the QAT (tfmot.*) models' inference only")
     p.add_argument("--per-node", action="store_true", help="also --verify-nodes (slower)")
     p.add_argument("--no-timing", action="store_true")
     p.add_argument("--threads", type=int, default=2)
@@ -421,10 +446,13 @@ def main(argv=None) -> int:
         runners = {"TF": info["file"]}
         for graph in args.graphs:
             for lowering in args.lowerings:
+                if lowering == "integer" and (graph != "inference" or not name.startswith("tfmot.")):
+                    continue  # an integer model is a QAT network's inference graph
                 result = convert(info, graph, lowering, args.per_node, args.work)
                 row = {"model": name, "size": size, "graph": graph, "label": lowering, **result}
                 rows.append(row)
                 failed |= result["verdict"] != "passed" or result.get("per_node", "passed") != "passed"
+                failed |= result.get("per_tensor", "passed") != "passed"
                 failed |= result["traceback"]
                 print(f"{name} {graph} {lowering}: {result['verdict']} ({result['seconds']:.0f} s)", flush=True)
                 if result["verdict"] != "passed":
