@@ -181,35 +181,38 @@ def _input_integers(model):
     return truncated
 
 
-@pytest.mark.parametrize("round_mode", ["HALF_TO_EVEN", "HALF_UP"])
-def test_graph_input_integers_are_tfs_bit_for_bit_ties_included(round_mode):
+@pytest.mark.parametrize("round_mode,signed", [("HALF_TO_EVEN", True), ("HALF_UP", True), ("HALF_TO_EVEN", False)])
+def test_graph_input_integers_are_tfs_bit_for_bit_ties_included(round_mode, signed):
     """The input quantizer in TF's own arithmetic (clamp, times the scale, rint or floor(v + 0.5)): every exact
-    half-step, its float32 neighbours and the clamp bounds land on TF's integer."""
+    half-step, its float32 neighbours and the clamp bounds land on TF's integer, on the signed narrow grid
+    [-127, 127] (stored + 128) and the unsigned [0, 255] (zero point 0)."""
     import tensorflow as tf
 
     import converters
 
     a = np.float32(2.5)
+    lo = -a if signed else np.float32(0)
+    quantize = dict(input_min=lo, input_max=a, range_given=True, round_mode=round_mode, narrow_range=signed,
+                    signed_input=signed)
 
     @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
     def f(x):
-        xq = tf.raw_ops.QuantizeAndDequantizeV4(input=x, input_min=-a, input_max=a, range_given=True,
-                                                round_mode=round_mode, narrow_range=True)
+        xq = tf.raw_ops.QuantizeAndDequantizeV4(input=x, **quantize)
         w = tf.quantization.quantize_and_dequantize_v2(tf.eye(4) * 0.5, tf.zeros([4]), tf.zeros([4]), axis=1)
         return tf.quantization.quantize_and_dequantize_v2(tf.matmul(xq, w), -a, a, range_given=True)
 
     model = converters.from_function(f, f.input_signature, lowering="integer")
-    step = a / np.float32(127)
-    k = np.arange(-130, 131, dtype=np.float32)
+    top = 127 if signed else 255
+    step = a / np.float32(top)
+    k = np.arange(-top - 3, top + 4, dtype=np.float32)
     ties = ((k + np.float32(0.5)) * step).astype(np.float32)
     values = np.concatenate([ties, np.nextafter(ties, np.float32(np.inf)), np.nextafter(ties, np.float32(-np.inf)),
                              k * step, [a, -a, 1e9, -1e9, 0, -0.0, 1e-30]]).astype(np.float32)
     x = np.resize(values, (values.size + 3) // 4 * 4).reshape(-1, 4)
-    ours = _ort(_input_integers(model), {"x": x})[0].astype(np.int64) - 128
-    tf_values = tf.raw_ops.QuantizeAndDequantizeV4(input=x, input_min=-a, input_max=a, range_given=True,
-                                                   round_mode=round_mode, narrow_range=True).numpy()
+    ours = _ort(_input_integers(model), {"x": x})[0].astype(np.int64) - (128 if signed else 0)
+    tf_values = tf.raw_ops.QuantizeAndDequantizeV4(input=x, **quantize).numpy()
     assert np.array_equal(ours, np.rint(tf_values / step).astype(np.int64))
-    assert ours.min() == -127 and ours.max() == 127
+    assert ours.min() == (-127 if signed else 0) and ours.max() == top
 
 
 def test_a_range_computed_at_run_time_is_refused():
