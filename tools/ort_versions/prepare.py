@@ -160,7 +160,7 @@ def main(argv=None) -> int:
     cases = model_cases(out) + golden_cases(out, args.per_op, args.errors_per_op)
     (out / "manifest.json").write_text(json.dumps({"cases": cases}, indent=1))
     models = sum(c["id"].startswith("model ") for c in cases)
-    print(f"prepare: {models} bundled models (both lowerings) and {len(cases) - models} golden cases in {out}")
+    print(f"prepare: {models} bundled models (every committed lowering) and {len(cases) - models} golden cases in {out}")
     return 0
 
 

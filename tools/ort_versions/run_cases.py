@@ -276,7 +276,7 @@ def main(argv=None) -> int:
         (args.write / "reference.json").write_text(json.dumps({"onnxruntime": version, "cases": summaries}))
     models = sum(c["id"].startswith("model ") for c in cases)
     errors = sum(1 for s in (summaries if args.write else reference["cases"]) if "error" in s)
-    what = (f"{models} bundled models (both lowerings) and {len(cases) - models} golden cases ({outputs} outputs, {errors} "
+    what = (f"{models} bundled models (every committed lowering) and {len(cases) - models} golden cases ({outputs} outputs, {errors} "
             f"cases rejected)")
     if older_ir:
         what += f", {older_ir} of them from their IR 9 copies"
