@@ -242,3 +242,22 @@ def test_more_than_eight_bits_is_refused_naming_the_node(op):
 
     with pytest.raises(converters.ConversionError, match=f"{op}.*12-bit quantizer"):
         converters.from_function(f, f.input_signature, lowering="integer")
+
+
+def test_cli_converts_a_saved_model_and_verifies_it_in_steps(network, tmp_path):
+    """From a SavedModel (the quantizers inside its StatefulPartitionedCall), as a user runs it."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import tensorflow as tf
+
+    saved = tmp_path / "qdq_network"
+    tf.saved_model.save(network, str(saved), signatures=network.__call__)
+    out = tmp_path / "m.onnx"
+    run = subprocess.run([sys.executable, "-m", "converters", "--saved-model", str(saved), "--lowering", "integer",
+                          "--output", str(out), "--verify", "--no-tf-spread"], capture_output=True, text=True,
+                         cwd=str(Path(__file__).resolve().parents[1]))
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "QLinearConv 3/3" in run.stdout and "QGemm 1/1" in run.stdout, run.stdout
+    assert "per-tensor verification passed" in run.stdout and "Traceback" not in run.stderr
