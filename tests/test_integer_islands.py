@@ -2,15 +2,10 @@
 islands (a convolution whose input no quantizer ends, the batch norm after it, a depthwise one), judged against TF.
 """
 import numpy as np
-import onnxruntime as ort
 import pytest
+from integer_models import run_ort
 
 pytestmark = pytest.mark.tensorflow
-
-
-def _ort(model, feeds):
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return session.run(None, feeds)
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +55,7 @@ def test_a_pad_and_maxpool_on_a_grid_keep_resnets_stem_in_integer(resnet_stem):
     assert counts["QLinearConv"] == 4 and counts["QLinearAdd"] == 1 and counts["QGemm"] == 1, counts
     assert not any(counts.get(op) for op in ("Conv", "FusedConv", "Gemm", "MatMul")), counts
     images = np.random.default_rng(1).uniform(-1, 1, (16, 20, 20, 3)).astype(np.float32)
-    check = judge_steps("logits", resnet_stem(images, training=False).numpy(), _ort(model, {"images": images})[0],
+    check = judge_steps("logits", resnet_stem(images, training=False).numpy(), run_ort(model, {"images": images})[0],
                         next(iter(steps.values())))
     assert check.ok and check.max_steps <= 2, check
     fn = tf.function(lambda images: resnet_stem(images, training=False))
@@ -91,7 +86,7 @@ def test_a_pad_off_the_grid_is_not_given_the_grid():
     assert any("float island" in line and "not quantized" in line for line in lines), lines
     x = np.random.default_rng(3).uniform(-1, 1, (1, 6, 6, 2)).astype(np.float32)
     step = 8.0 / 255
-    ours, tf_out = _ort(model, {"x": x})[0], f(tf.constant(x)).numpy()
+    ours, tf_out = run_ort(model, {"x": x})[0], f(tf.constant(x)).numpy()
     assert np.abs(ours - tf_out).max() <= step * 1.0001, np.abs(ours - tf_out).max() / step
 
 
@@ -122,7 +117,7 @@ def test_float_islands_keep_their_batch_norm_and_depthwise_in_float():
     islands = next(line for line in read_summary(model)[0] if "float island" in line)
     assert "3 float island(s)" in islands and "FusedBatchNorm" in islands and "DepthwiseConv2dNative" in islands
     x = rng.uniform(-1, 1, (2, 8, 8, 3)).astype(np.float32)
-    ours, tf_out = _ort(model, {"x": x})[0], f(tf.constant(x)).numpy()
+    ours, tf_out = run_ort(model, {"x": x})[0], f(tf.constant(x)).numpy()
     step = 12.0 / 255
     # Float convolutions and batch norm in other summation orders than TF's: at most a flip at a near-tie.
     assert np.abs(ours - tf_out).max() <= step * 1.0001 and np.mean(ours == tf_out) > 0.99

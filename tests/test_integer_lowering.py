@@ -7,8 +7,8 @@ are random (so the folded factors, negative ones included, are not 1) and a few 
 """
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
+from integer_models import input_quantizer_integers, run_ort
 from onnx import helper, numpy_helper, TensorProto
 
 pytestmark = pytest.mark.tensorflow
@@ -66,14 +66,6 @@ def converted(qat):
 
 def _images(n, seed=0):
     return np.random.default_rng(seed).uniform(0, 1, (n,) + SHAPE).astype(np.float32)
-
-
-def _ort(model, feeds, outputs=None, optimize=True):
-    options = ort.SessionOptions()
-    if not optimize:
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    return session.run(outputs, feeds)
 
 
 def _initializers(model):
@@ -157,29 +149,19 @@ def test_logits_within_steps_of_tf(qat, converted):
 
     images = _images(64, seed=1)
     step = next(iter(read_summary(converted)[1].values()))
-    check = judge_steps("logits", _tf_logits(qat, images), _ort(converted, {"images": images})[0], step)
+    check = judge_steps("logits", _tf_logits(qat, images), run_ort(converted, {"images": images})[0], step)
     assert check.ok and check.max_steps <= 2 and check.within_one >= 0.99, check
     # ONNX Runtime's integer kernels and the unfused QDQ graph (float convolutions of the same integers) agree:
     # the fusion changes no value beyond the requantization's rounding.
-    unfused = judge_steps("logits", _ort(converted, {"images": images}, optimize=False)[0],
-                          _ort(converted, {"images": images})[0], step)
+    unfused = judge_steps("logits", run_ort(converted, {"images": images}, optimize=False)[0],
+                          run_ort(converted, {"images": images})[0], step)
     assert unfused.max_steps <= 1
-
-
-def _input_quantizer_integers(model):
-    """The model truncated to its input quantizer's integers (the Cast of the exact TF rounding)."""
-    cast = next(n for n in model.graph.node if n.op_type == "Cast")
-    truncated = onnx.ModelProto()
-    truncated.CopyFrom(model)
-    del truncated.graph.output[:]
-    truncated.graph.output.append(helper.make_tensor_value_info(cast.output[0], TensorProto.UINT8, None))
-    return truncated, cast
 
 
 def test_graph_input_integers_are_tfs_bit_for_bit_ties_included(qat, converted):
     import tensorflow as tf
 
-    truncated, _ = _input_quantizer_integers(converted)
+    truncated = input_quantizer_integers(converted)
     quantizer = qat.layers[1]  # tfmot's QuantizeLayer
     mn = [v for v in quantizer.weights if v.name.endswith("min:0")][0].numpy()
     mx = [v for v in quantizer.weights if v.name.endswith("max:0")][0].numpy()
@@ -192,7 +174,7 @@ def test_graph_input_integers_are_tfs_bit_for_bit_ties_included(qat, converted):
     values = np.concatenate([ties, near, _images(4).ravel(), [0, -0.0, 1e-30, -1e-30]]).astype(np.float32)
     n = int(np.ceil(values.size / np.prod(SHAPE)))
     padded = np.resize(values, n * int(np.prod(SHAPE))).reshape((n,) + SHAPE)
-    ours = _ort(truncated, {"images": padded})[0]
+    ours = run_ort(truncated, {"images": padded})[0]
     tf_values = tf.quantization.fake_quant_with_min_max_vars(padded, mn, mx).numpy()
     tf_integers = np.rint(tf_values / scale + zp).astype(np.int64)
     assert np.array_equal(np.transpose(ours, (0, 2, 3, 1)).astype(np.int64), tf_integers)
@@ -220,7 +202,7 @@ def test_clamp_of_integers_equals_clamp_before_quantize():
                               [helper.make_tensor_value_info("y", TensorProto.UINT8, [None])],
                               [s, z, numpy_helper.from_array(np.uint8(q_lo), "qlo"),
                                numpy_helper.from_array(np.uint8(q_hi), "qhi")])
-    results = [_ort(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), {"x": x})[0]
+    results = [run_ort(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), {"x": x})[0]
                for g in (before, after)]
     assert np.array_equal(results[0], results[1])
 
@@ -290,9 +272,9 @@ def test_a_gross_error_fails_end_to_end_on_a_trained_network(mutation):
     images = data.digits(model.graph.input[0].type.tensor_type.shape.dim[1].dim_value).test_images[:64]
     expected = loaded.signatures["serving_default"](**{name: tf.constant(images)})["logits"].numpy()
     step = read_summary(model)[1]["logits"]
-    assert judge_steps("logits", expected, _ort(model, {name: images})[0], step).ok
+    assert judge_steps("logits", expected, run_ort(model, {name: images})[0], step).ok
     pick, change = _mutations(model)[mutation]
-    bad = judge_steps("logits", expected, _ort(_mutated(model, pick, change), {name: images})[0], step)
+    bad = judge_steps("logits", expected, run_ort(_mutated(model, pick, change), {name: images})[0], step)
     assert not bad.ok and bad.max_steps > 2 * DEFAULT_STEP_BOUND, bad
 
 
@@ -354,7 +336,7 @@ def test_an_unquantized_matmul_is_a_named_float_island():
     lines = read_summary(model)[0]
     assert any("float island" in line and "MatMul" in line and "not quantized" in line for line in lines), lines
     x = np.random.default_rng(1).uniform(-1, 1, (2, 4)).astype(np.float32)
-    np.testing.assert_allclose(_ort(model, {"x": x})[0], f(tf.constant(x)).numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(run_ort(model, {"x": x})[0], f(tf.constant(x)).numpy(), rtol=1e-5, atol=1e-6)
 
 
 def test_cli_converts_verifies_and_prints_the_fused_counts(qat, tmp_path):
@@ -387,6 +369,6 @@ def test_int8_weights_hold_the_same_integers(qat, converted):
         assert np.array_equal(a[name].astype(np.int16) - 128, b[name].astype(np.int16))
         assert not b[name.replace("/weight", "/weight_zero_point")].any()
     images = {"images": _images(16, seed=4)}
-    np.testing.assert_array_equal(_ort(converted, images, optimize=False)[0], _ort(int8, images, optimize=False)[0])
+    np.testing.assert_array_equal(run_ort(converted, images, optimize=False)[0], run_ort(int8, images, optimize=False)[0])
     with pytest.raises(ValueError, match="integer_weights"):
         converters.from_keras(qat, lowering="integer", integer_weights="int4")

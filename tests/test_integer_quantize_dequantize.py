@@ -8,9 +8,9 @@ channel of a weight is all zeros (a pruned filter, whose range is [0, 0]).
 """
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from integer_models import input_quantizer_integers, run_ort
+from onnx import numpy_helper
 
 pytestmark = pytest.mark.tensorflow
 
@@ -83,14 +83,6 @@ def _images(n, seed=0):
     return np.random.default_rng(seed).uniform(-1, 1, (n,) + SHAPE).astype(np.float32)
 
 
-def _ort(model, feeds, optimize=True):
-    options = ort.SessionOptions()
-    if not optimize:
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    return session.run(None, feeds)
-
-
 def test_every_convolution_and_the_matmul_run_in_integer(converted):
     from converters.integer import read_summary
     from converters.integer.fusion import optimized_op_counts
@@ -149,7 +141,7 @@ def test_outputs_and_every_quantized_tensor_on_tfs_grid(network, converted):
 
     images = _images(32, seed=1)
     step = next(iter(read_summary(converted)[1].values()))
-    check = judge_steps("logits", network(images).numpy(), _ort(converted, {"images": images})[0], step)
+    check = judge_steps("logits", network(images).numpy(), run_ort(converted, {"images": images})[0], step)
     assert check.ok and check.max_steps <= 1 and check.within_one == 1.0, check
     report = verify_quantized_tensors(converted, network.__call__, {"images": images})
     assert report.ok and len(report.checks) >= 5, report.table()
@@ -170,15 +162,6 @@ def test_a_wrong_parameter_fails_per_tensor(network, converted, mutation):
     target.CopyFrom(numpy_helper.from_array(changed, target.name))
     report = verify_quantized_tensors(mutated, network.__call__, {"images": _images(8, seed=2)})
     assert not report.ok and max(c.max_steps for c in report.checks) >= 3, report.table()
-
-
-def _input_integers(model):
-    cast = next(n for n in model.graph.node if n.op_type == "Cast")
-    truncated = onnx.ModelProto()
-    truncated.CopyFrom(model)
-    del truncated.graph.output[:]
-    truncated.graph.output.append(helper.make_tensor_value_info(cast.output[0], TensorProto.UINT8, None))
-    return truncated
 
 
 @pytest.mark.parametrize("round_mode,signed", [("HALF_TO_EVEN", True), ("HALF_UP", True), ("HALF_TO_EVEN", False)])
@@ -209,7 +192,7 @@ def test_graph_input_integers_are_tfs_bit_for_bit_ties_included(round_mode, sign
     values = np.concatenate([ties, np.nextafter(ties, np.float32(np.inf)), np.nextafter(ties, np.float32(-np.inf)),
                              k * step, [a, -a, 1e9, -1e9, 0, -0.0, 1e-30]]).astype(np.float32)
     x = np.resize(values, (values.size + 3) // 4 * 4).reshape(-1, 4)
-    ours = _ort(_input_integers(model), {"x": x})[0].astype(np.int64) - (128 if signed else 0)
+    ours = run_ort(input_quantizer_integers(model), {"x": x})[0].astype(np.int64) - (128 if signed else 0)
     tf_values = tf.raw_ops.QuantizeAndDequantizeV4(input=x, **quantize).numpy()
     assert np.array_equal(ours, np.rint(tf_values / step).astype(np.int64))
     assert ours.min() == (-127 if signed else 0) and ours.max() == top
