@@ -181,7 +181,6 @@ class _Rewriter:
         attrs = {k: _text(v) for k, v in _attrs(node).items()}
         if node.op_type == "FakeQuantWithMinMaxArgs":
             return fake_quant_grid(node.name, node.op_type, attrs)
-        data = None
         if node.op_type in QUANTIZE_DEQUANTIZE_OPS:
             attrs = ort_ops.get_spec(node.op_type).with_defaults(attrs)
             if node.op_type == "QuantizeAndDequantizeV3":
@@ -190,9 +189,8 @@ class _Rewriter:
                     raise ConversionError(f"{node.op_type} (node {node.name!r}): its num_bits is computed in the "
                                           "graph, not a constant; an integer model needs a fixed grid")
                 attrs["num_bits"] = int(num_bits)
-            if not attrs["range_given"]:
-                data = self.constants.get(node.input[0])
-                return quantize_dequantize_grid(node.name, node.op_type, attrs, data=data)
+            if not attrs["range_given"]:  # over a constant's own values (a weight), else refused
+                return quantize_dequantize_grid(node.name, node.op_type, attrs, data=self.constants.get(node.input[0]))
         mn, mx = (self.constants.get(t) for t in node.input[1:3])
         if mn is None or mx is None:
             raise ConversionError(f"{node.op_type} (node {node.name!r}): its min/max are computed in the graph, "
@@ -413,18 +411,13 @@ class _Rewriter:
                 else:
                     a, b = (a * vec).astype(np.float32), (b * vec).astype(np.float32)
             elif self.is_family(user, *BATCH_NORM_OPS) and user.input[0] == out:
-                attrs = _attrs(user)
-                stats = [self.constants.get(t) for t in user.input[1:5]]
-                if attrs.get("is_training", 1) or any(s is None for s in stats) or _text(attrs.get("data_format", "NHWC")) != "NCHW":
+                norm = self.inference_batch_norm(user)
+                if norm is None:
                     return None
-                gamma, beta, mean, var = (s.astype(np.float32) for s in stats)
-                eps = np.float32(attrs.get("epsilon", 1e-4))
-                k = (np.float32(1) / np.sqrt(var + eps)).astype(np.float32) * gamma
+                k, mean, beta = norm
                 a = np.ones_like(k) if a is None else a
                 b = np.zeros_like(k) if b is None else b
                 a, b = (a * k).astype(np.float32), ((b - mean) * k + beta).astype(np.float32)
-                if any(self.consumers.get(o) for o in user.output[1:]):
-                    return None
             else:
                 break
             absorbed.append(user)
@@ -618,24 +611,33 @@ class _Rewriter:
         copy.input[1] = name
         self.new_nodes.append(copy)
 
-    def float_batch_norm(self, node) -> bool:
-        """An inference batch norm that no convolution absorbed, in float: ``(x - mean) * k + offset`` per channel
-        with ``k = rsqrt(variance + epsilon) * scale``, the order of TF's kernel (ort_ops.reference._batch_norm),
-        named as a float island. False where it is not one (training mode, statistics not constant)."""
+    def inference_batch_norm(self, node):
+        """(k, mean, offset), float32 vectors per channel, of an inference batch norm: ``y = (x - mean) * k +
+        offset`` with ``k = rsqrt(variance + epsilon) * scale``, the order of TF's kernel
+        (ort_ops.reference._batch_norm). None where it is not one: training mode, statistics not constant, not NCHW,
+        or its statistics outputs read (nothing would compute them)."""
         attrs = _attrs(node)
         stats = [self.constants.get(t) for t in node.input[1:5]]
         if (attrs.get("is_training", 1) or any(v is None for v in stats)
                 or _text(attrs.get("data_format", "NHWC")) != "NCHW"
                 or any(self.consumers.get(o) or o in self.graph_outputs for o in node.output[1:])):
-            return False
-        gamma, beta, mean, var = (v.astype(np.float32).reshape(-1, 1, 1) for v in stats)
+            return None
+        gamma, beta, mean, var = (v.astype(np.float32) for v in stats)
         eps = np.float32(attrs.get("epsilon", 1e-4))
-        k = (np.float32(1) / np.sqrt((var + eps).astype(np.float32))).astype(np.float32) * gamma
+        k = (np.float32(1) / np.sqrt(var + eps)).astype(np.float32) * gamma
+        return k, mean, beta
+
+    def float_batch_norm(self, node) -> bool:
+        """An inference batch norm that no convolution absorbed, in float (:meth:`inference_batch_norm`'s
+        arithmetic, constants shaped [C, 1, 1]), named as a float island. False where it is not one."""
+        norm = self.inference_batch_norm(node)
+        if norm is None:
+            return False
+        k, mean, beta = (v.reshape(-1, 1, 1) for v in norm)
         prefix = node.name + "/float"
         t = self.emit("Sub", [node.input[0], self.initializer(prefix + "/mean", mean)], [prefix + "/centred"],
                       prefix + "/Sub")
-        t = self.emit("Mul", [t, self.initializer(prefix + "/factor", k.astype(np.float32))], [prefix + "/scaled"],
-                      prefix + "/Mul")
+        t = self.emit("Mul", [t, self.initializer(prefix + "/factor", k)], [prefix + "/scaled"], prefix + "/Mul")
         self.emit("Add", [t, self.initializer(prefix + "/offset", beta)], [node.output[0]], prefix + "/Add")
         self.summary.float_ops.append(f"{node.name} ({node.op_type}): not after a convolution written in integer, "
                                       "so in float")
