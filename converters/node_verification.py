@@ -382,6 +382,7 @@ def _lost_names(model: onnx.ModelProto, graph, by_onnx: Dict[str, str], sources:
         for name in node.input:
             consumers[name].add(i)
     outputs = {o.name for o in model.graph.output}
+    producer = {out: i for i, node in enumerate(model.graph.node) for out in node.output if out}
     more = {}
     for base, members in named.items():
         try:
@@ -393,10 +394,71 @@ def _lost_names(model: onnx.ModelProto, graph, by_onnx: Dict[str, str], sources:
         inside = set(members)
         leaving = {out for i in members for out in model.graph.node[i].output
                    if out and (out in outputs or consumers[out] - inside)}
+        if op.type not in _TF_REARRANGING_OPS:
+            # The layout node a handler put on the op's *input* is named after the op too; its value leaves the
+            # op's nodes where the op's main node was renamed (tf2onnx's Conv + Add fusion), and it holds the
+            # op's input, not its output (a Reshape where the input has one channel: then its NCHW shape can be
+            # the op's output's).
+            leaving = {out for out in leaving if not _rearranges_incoming(model, out, producer, inside)}
         if len(leaving) == 1:
             (value,) = leaving
             if value not in by_onnx and value not in sources:
                 more[value] = op.outputs[0].name
+    return more
+
+
+# TF ops whose output is their input rearranged: the one value a layout node computes may be theirs.
+_TF_REARRANGING_OPS = frozenset({"Identity", "Snapshot", "StopGradient", "PreventGradient", "Reshape", "Transpose",
+                                 "ExpandDims", "Squeeze"})
+
+
+def _rearranges_incoming(model: onnx.ModelProto, value: str, producer: dict, inside: set) -> bool:
+    """Whether ``value`` is computed by layout nodes alone from a value that comes from outside ``inside``."""
+    while True:
+        i = producer.get(value)
+        if i is None or i not in inside:
+            return True
+        node = model.graph.node[i]
+        if node.op_type not in _LAYOUT_OPS or not node.input:
+            return False
+        value = node.input[0]
+
+
+# A TF op that adds a constant to a convolution's output, and the convolutions tf2onnx fuses it into.
+_BIAS_ADDS = ("BiasAdd", "BiasAddV1", "Add", "AddV2")
+_TF_CONVOLUTIONS = ("Conv2D", "Conv3D", "DepthwiseConv2dNative", "Conv2DBackpropInput", "Conv3DBackpropInputV2")
+
+
+def _fused_bias_outputs(model: onnx.ModelProto, graph, by_onnx: Dict[str, str]) -> Dict[str, str]:
+    """More candidates: a Conv that tf2onnx's layout optimizer fused with the Add of a bias after it
+    (``_add_handler`` in its transpose optimizer) is a new node with a new name, and neither the convolution's
+    output nor the Add's keeps a name. Its bias input is still the TF tensor the Add read (an initializer keeps
+    its name), so its output is that Add's output, in some layout: where the bias tensor is read by exactly one
+    Add of a convolution's output and that Add's output has no ONNX value, the fused Conv computes it."""
+    have = set(by_onnx.values())
+    more = {}
+    for node in model.graph.node:
+        if node.op_type not in ("Conv", "ConvTranspose") or node.domain not in ("", "ai.onnx") or \
+                len(node.input) != 3 or not node.output or node.output[0] in by_onnx:
+            continue
+        try:
+            bias = graph.get_tensor_by_name(node.input[2])
+        except (KeyError, ValueError):
+            continue
+        readers, todo = [], list(bias.consumers())
+        while todo:
+            op = todo.pop()
+            if op.type in ("Identity", "Snapshot"):
+                todo.extend(op.outputs[0].consumers())
+            else:
+                readers.append(op)
+        if len(readers) != 1 or readers[0].type not in _BIAS_ADDS or len(readers[0].inputs) != 2:
+            continue
+        add = readers[0]
+        data = [t for t in add.inputs if through_identities(t).name != through_identities(bias).name]
+        if len(data) == 1 and through_identities(data[0]).op.type in _TF_CONVOLUTIONS and \
+                add.outputs[0].name not in have:
+            more[node.output[0]] = add.outputs[0].name
     return more
 
 
@@ -736,6 +798,7 @@ def verify_nodes(onnx_model, tf_fn, inputs=None, seed: int = 0, rtol: Optional[f
     _follow_inserted(onnx_model, candidates)
     candidates.update(_domain_inputs(onnx_model, tf_graph, candidates, sources))
     candidates.update(_lost_names(onnx_model, tf_graph, candidates, sources))
+    candidates.update(_fused_bias_outputs(onnx_model, tf_graph, candidates))
     t0 = time.perf_counter()
     fetch = sorted(set(candidates.values()) | set(quantizer_inputs(tf_graph)))
     tf_values = _tf_run(tf_graph, frozen_fn, renames, inputs, init_values, fetch)
