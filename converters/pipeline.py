@@ -31,6 +31,7 @@ from converters.fusions import (
 from converters.layout import absorb_channel_transposes
 from converters.layout import optimizers as layout_optimizers
 from converters.grouped_conv import rewrite_grouped_depthwise
+from converters.pad_before_conv import fold_pads_before_padding_convs
 from converters.linear_cost import linear_graph
 from converters.redundant_clamps import drop_redundant_clamps
 from converters.lowering_custom import lower_to_custom_node
@@ -258,6 +259,7 @@ def convert_frozen_graph(
         for g in [main_g] + subgraphs:
             g.set_config(None, opset, extra_opset)
             drop_redundant_clamps(g)
+            fold_pads_before_padding_convs(g)  # before tf2onnx's Pad-into-Conv rewrite drops a conv's own pads
             rewrite_grouped_depthwise(g)
             absorb_channel_transposes(g, lowering)
         # Read by the handlers; the types are TF's until shielded, the grouped convolutions rewritten.
