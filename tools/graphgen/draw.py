@@ -15,7 +15,7 @@ from tools.graphgen.spec import (
 )
 
 FAMILY_WEIGHTS = {TFMOT: 24, TFMOT_4BIT: 6, TFMOT_PARTIAL: 8, TF_KERAS: 12, KERAS3: 12, KERAS3_FAKE_QUANT: 14,
-                  KERAS3_QUANTIZE: 6, RAW: 18}
+                  KERAS3_QUANTIZE: 6, RAW: 24}
 assert set(FAMILY_WEIGHTS) == set(FAMILIES)
 SIZES = (1, 1, 2, 3, 4, 5, 6, 6, 7, 8, 8, 9, 10, 12)
 ACTIVATIONS = ("relu", "relu6", "sigmoid", "tanh", "leaky_relu", "elu", "swish", "hard_sigmoid", "softmax")
@@ -167,7 +167,7 @@ def _draw_layer(rng, family, shape, depth) -> dict:
 
 def _draw_raw(rng, shape):
     ops = []
-    for _ in range(rng.randint(1, 4)):
+    for _ in range(rng.randint(1, 5)):
         for _attempt in range(20):
             op = _draw_raw_op(rng, shape)
             try:

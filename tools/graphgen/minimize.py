@@ -24,7 +24,7 @@ def _layer_edits(layers: list) -> Iterator[list]:
                 del edited[key]
                 yield layers[:i] + [edited] + layers[i + 1:]
         if op["op"] in ("conv", "sepconv") and op.get("filters", 1) > 1:
-            yield layers[:i] + [dict(op, filters=1 + (op.get("groups", 1) > 1) * (op["groups"] - 1))] + layers[i + 1:]
+            yield layers[:i] + [dict(op, filters=op.get("groups", 1))] + layers[i + 1:]  # fewest the groups allow
         if op.get("multiplier", 1) > 1:
             yield layers[:i] + [dict(op, multiplier=1)] + layers[i + 1:]
 
