@@ -16,9 +16,9 @@ output names; a directory is a SavedModel (Keras 3's model.export, tf_keras's Sa
 
 --verify runs TF with its Eigen kernels (it sets TF_ENABLE_ONEDNN_OPTS=0 before importing TF) and ONNX Runtime
 on seeded random inputs, and prints one row per output: identical bits, max error, the bound it was judged against
-(bit for bit for quantization and integer outputs; rtol*|tf| for floats; rtol*|tf| + sum_rtol*Σ|terms| for sums,
-gradients and convolutions, converters.verification), TF's own spread (max |Eigen - oneDNN|, from TF's oneDNN
-kernels in a child process; --no-tf-spread skips it) and the verdict. --verify-json FILE writes the same report
+(bit for bit for quantization and integer outputs; rtol*|tf| for floats; rtol*|tf| + max(sum_rtol,
+2(n+1)u)*Σ|terms| for sums of n terms, gradients and convolutions, converters.verification), TF's own spread
+(max |Eigen - oneDNN|, from TF's oneDNN kernels in a child process; --no-tf-spread skips it) and the verdict. --verify-json FILE writes the same report
 as JSON.
 
 --lowering integer writes a quantization-aware inference graph as the integer model it was trained to become

@@ -19,8 +19,9 @@ judged alone:
 4. Each anchor a group computes is judged against TF's value by the verifier's rules (converters.verification):
    bit for bit where the value is integer or boolean, or where every TF op between the group's inputs and it
    is exact by construction (converters.exact_outputs: a quantizer, a quantized gradient's mask, data movement;
-   so a quantized gradient *is* held to TF's bits here); otherwise ``rtol*|tf|``, plus ``sum_rtol*Σ|terms|``
-   for a sum, its terms' magnitude computed by converters.verify_magnitude on the group's own inputs. A forward
+   so a quantized gradient *is* held to TF's bits here); otherwise ``rtol*|tf|``, plus
+   ``max(sum_rtol, 2(n+1)u)*Σ|terms|`` for a sum of n terms per element, its terms' magnitude computed by
+   converters.verify_magnitude on the group's own inputs. A forward
    quantizer whose input its group computes (a folded batch norm, a dropped ReLU6) is held to bits except for
    one grid step where TF's input lies at a rounding tie (judge_quantizer).
 
@@ -818,7 +819,8 @@ def verify_nodes(onnx_model, tf_fn, inputs=None, seed: int = 0, rtol: Optional[f
                      if o.type.tensor_type.elem_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE,
                                                          onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)]
     t0 = time.perf_counter()
-    values, magnitudes, magnitude_note = run_with_magnitudes(model, float_outputs, feeds, threads, additions=True)
+    values, magnitudes, magnitude_note, terms = run_with_magnitudes(model, float_outputs, feeds, threads,
+                                                                    additions=True)
     seconds["onnx_per_node"] = time.perf_counter() - t0
 
     producer = {out: i for i, node in enumerate(graph.node) for out in node.output if out}
@@ -858,7 +860,7 @@ def verify_nodes(onnx_model, tf_fn, inputs=None, seed: int = 0, rtol: Optional[f
                 # (an exact judgment ignores atol)
                 check = judge_output(out, expected, values[out], exact, rtol, sum_rtol,
                                      (atol or 0.0) + absolute_error_atol(node.op_type, expected.dtype),
-                                     magnitudes.get(out))
+                                     magnitudes.get(out), terms=terms.get(out))
             layout = "as TF" if anchor.perm is None and anchor.shape is None else \
                 f"TF transposed {list(anchor.perm)}" if anchor.perm is not None else f"TF reshaped {list(anchor.shape)}"
             op = through_identities(tensor).op

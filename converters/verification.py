@@ -18,7 +18,7 @@ How each output is judged:
   1e-5, float64 1e-12, float16 1e-3, bfloat16 1e-2).
 * a sum (a reduction, a gradient, a convolution, a matmul, anything computed from one): against the size
   of what was summed, never against its own largest value:
-  ``|ort - tf| <= rtol*|tf| + sum_rtol * magnitude``, where ``magnitude`` is ``Σ|terms|`` per element,
+  ``|ort - tf| <= rtol*|tf| + max(sum_rtol, 2(n+1)u) * magnitude``, where ``magnitude`` is ``Σ|terms|`` per element,
   propagated back through the graph (two levels of sums deep) by converters.verify_magnitude and computed by
   ONNX Runtime on the same inputs. A gradient that vanishes in exact arithmetic (a bias in front of a batch
   norm) is rounding noise on both sides and passes; a wrong one (a dropped epsilon, a flipped sign, a 1%
@@ -28,7 +28,9 @@ How each output is judged:
   their kernels accumulate in float32 and round once). Each term of a sum carries the differences of the
   path that computed it, a few ulps per rounding on each side, which the magnitude accounts for; the
   summation itself adds up to (n-1) ulps of the magnitude in the worst case, about sqrt(n) for random
-  rounding, log2(n) for the blocked and pairwise orders of Eigen, oneDNN and MLAS. Measured: the largest
+  rounding, log2(n) for the blocked and pairwise orders of Eigen, oneDNN and MLAS. So the coefficient is
+  the larger of sum_rtol and the worst case of two orders, 2(n+1)u, n the terms one element adds (counted
+  by converters.verify_magnitude; summation_coefficient): it grows past sum_rtol from n = 83. Measured: the largest
   ``|ort - tf| / magnitude`` on the training steps of Conv2D -> BatchNormalization -> ReLU -> Dense nets (six
   seeds, both lowerings, against TF's Eigen and oneDNN kernels) is 12 ulps, so the default leaves a factor 7;
   a 1% error fails wherever the output is more than 1e-3 of its magnitude (below that it is noise-sized).
@@ -69,6 +71,24 @@ from ort_ops.schemas import DOMAIN
 DEFAULT_RTOL = {"float32": 1e-5, "float64": 1e-12, "float16": 1e-3, "bfloat16": 1e-2}
 # Sums: times the magnitude of what was summed (see the module docstring for the reasons).
 DEFAULT_SUM_RTOL = {"float32": 1e-5, "float64": 1e-12, "float16": 4e-3, "bfloat16": 3e-2}
+# The unit roundoff of a sum's accumulator (float16 and bfloat16 accumulate in float32), for the summation-order
+# bound 2(n+1)·u·Σ|terms| of a sum of n terms per element (summation_coefficient).
+ACCUMULATOR_UNIT_ROUNDOFF = {"float64": 2.0 ** -53}
+FLOAT32_UNIT_ROUNDOFF = 2.0 ** -24
+
+
+def summation_coefficient(dtype: str, sum_rtol: float, terms) -> np.ndarray:
+    """What a sum's error is allowed in units of Σ|terms|: the larger of ``sum_rtol`` (the terms' own few ulps)
+    and the summation-order bound ``2(n+1)·u`` for ``n`` terms per element (``terms``; None: not known). A
+    recursive sum of n terms in any order is within (n-1)·u·Σ|terms| of the exact sum, so two orders (TF's and
+    ONNX Runtime's) are within twice that; n+1 also covers the rounding of each product and of the result, as
+    the conformance bounds of the batch-norm gradients and the depthwise convolutions do
+    (ort_ops/conformance/rules.py)."""
+    if terms is None:
+        return np.asarray(sum_rtol, np.float64)
+    u = ACCUMULATOR_UNIT_ROUNDOFF.get(dtype, FLOAT32_UNIT_ROUNDOFF)
+    n = np.where(np.isfinite(np.asarray(terms, np.float64)), np.asarray(terms, np.float64), 0.0)
+    return np.maximum(sum_rtol, 2.0 * (np.maximum(n, 1.0) + 1.0) * u)
 # Ops whose ONNX Runtime kernel errs by an absolute amount, not a relative one: an extra ``atol`` of this many ulps
 # of 1 in the output's type where per-node verification judges their output. ORT's Sigmoid (MLAS's logistic, a
 # rational approximation; outputs in [0, 1]) is off the exact value by up to 1.7e-7 (2.8 ulps of 1) in float32
@@ -118,6 +138,8 @@ class OutputCheck:
     # Filled by verify():
     kind: str = ""  # "bits", "float" or "sum" (how verify judged it)
     sum_rtol: float = 0.0  # sums: times the magnitude of what was summed
+    terms: Optional[float] = None  # sums: terms added per element (the summation-order bound's n; None: unknown)
+    sum_coefficient: float = 0.0  # sums: max(sum_rtol, 2(n+1)u), what the magnitude was multiplied by
     bound: float = 0.0  # the error allowed at the element that came closest to (or went furthest past) its bound
     error: Optional[float] = None  # the error of that same element (None: judged bit for bit, see max_abs_err)
     spread: Optional[float] = None  # max |TF Eigen - TF oneDNN| of this output (None: not measured)
@@ -137,6 +159,9 @@ class OutputCheck:
             return f"normwise {self.normwise:g} (got {self.normwise_err:.1e})"
         if self.kind == "sum":
             extra = f" + {self.atol:.1e}" if self.atol else ""
+            if self.terms is not None and self.sum_coefficient > self.sum_rtol:
+                coefficient = f"2(n+1)u·Σ|terms| (n={self.terms:g}: {self.sum_coefficient:.1e})"
+                return f"rtol {self.rtol:.0e} + {coefficient}{extra}"
             return f"rtol {self.rtol:.0e} + {self.sum_rtol:.0e}·Σ|terms|{extra}"
         if self.kind == "float":
             return f"rtol {self.rtol:.0e}" + (f" + {self.atol:.1e}" if self.atol else "")
@@ -146,6 +171,7 @@ class OutputCheck:
         return {
             "name": self.name, "shape": list(self.shape), "dtype": self.dtype, "judged_as": self.kind or self.tolerance,
             "tolerance": self.tolerance, "rtol": self.rtol, "sum_rtol": self.sum_rtol, "atol": self.atol,
+            "terms": self.terms, "sum_coefficient": self.sum_coefficient,
             "elements": self.size, "identical": self.size - self.n_differing if self.same_type else 0,
             "outside": self.n_outside, "max_abs_err": _finite_or_none(self.max_abs_err),
             "max_rel_err": _finite_or_none(self.max_rel_err), "bound": self.bound,
@@ -226,8 +252,8 @@ class VerifyReport:
             if c.atol and f"atol {c.atol:.0e}" not in entry:
                 entry.append(f"atol {c.atol:.0e}")
         per_type = "; ".join(f"{dtype}: {', '.join(v)}" for dtype, v in settings.items())
-        return [f"float: |ort - tf| <= rtol*|tf|; sum: <= rtol*|tf| + sum_rtol*Σ|terms| (the magnitude of what was "
-                f"summed); {per_type}",
+        return [f"float: |ort - tf| <= rtol*|tf|; sum: <= rtol*|tf| + max(sum_rtol, 2(n+1)u)*Σ|terms| (the magnitude "
+                f"of what was summed, n terms per element, u the accumulator's unit roundoff); {per_type}",
                 "error, bound: of one element, the one nearest its bound (or furthest past it); bit-exact rows: the "
                 "largest error; TF spread: max |TF Eigen - TF oneDNN|"]
 
@@ -363,12 +389,14 @@ def _tiny(dtype) -> float:
 
 
 def judge_output(name, expected, actual, exact=False, rtol=None, sum_rtol=None, atol=None, magnitude=None,
-                 other_tf=None) -> OutputCheck:
+                 other_tf=None, terms=None) -> OutputCheck:
     """Judge one output as :func:`verify` does (see the module docstring).
 
     ``expected``: TF's reference (Eigen); ``actual``: ORT's. ``exact`` (and any non-float output): bit for bit.
     Otherwise ``|ort - tf| <= rtol*|tf| + atol + tiny``, plus ``sum_rtol * magnitude`` where ``magnitude``
-    (Σ|terms| per element, converters.verify_magnitude) is given: the output is then judged as a sum.
+    (Σ|terms| per element, converters.verify_magnitude) is given: the output is then judged as a sum, and
+    ``terms`` (the number of terms summed per element, a scalar) raises ``sum_rtol`` to the summation-order bound
+    ``2(n+1)u`` where that is larger (summation_coefficient).
     ``other_tf``: TF's other kernel set (oneDNN) on the same inputs, for TF's spread.
     """
     expected, actual = np.asarray(expected), np.asarray(actual)
@@ -388,14 +416,15 @@ def judge_output(name, expected, actual, exact=False, rtol=None, sum_rtol=None, 
         e64, a64 = expected.astype(np.float64), actual.astype(np.float64)
         finite = np.isfinite(e64) & np.isfinite(a64)
         bound = rtol * np.abs(np.where(finite, e64, 0.0)) + atol + _tiny(expected.dtype)
-        kind, note = "float", ""
+        kind, note, coefficient = "float", "", 0.0
         if magnitude is not None:
             magnitude = np.asarray(magnitude, np.float64)
             if magnitude.shape == expected.shape:
                 kind = "sum"
                 sum_rtol = DEFAULT_SUM_RTOL.get(dtype, 1e-5) if sum_rtol is None else float(sum_rtol)
+                coefficient = summation_coefficient(dtype, sum_rtol, terms)
                 usable = np.isfinite(magnitude)  # an overflowed magnitude would accept anything: not used
-                bound = bound + sum_rtol * np.where(usable, np.abs(magnitude), 0.0)
+                bound = bound + coefficient * np.where(usable, np.abs(magnitude), 0.0)
                 if not usable.all():
                     note = f"magnitude not finite at {int(np.count_nonzero(~usable))} elements (judged by rtol there)"
             else:
@@ -412,6 +441,8 @@ def judge_output(name, expected, actual, exact=False, rtol=None, sum_rtol=None, 
             name, expected.shape, dtype, False, rtol, atol, max_abs, max_rel, int(np.count_nonzero(~same)), n_outside,
             n_outside == 0, note, nonfinite_match=bool(np.all(same | finite)), kind=kind,
             sum_rtol=sum_rtol if kind == "sum" else 0.0, bound=float(bound.flat[worst]) if bound.size else 0.0,
+            terms=float(np.max(terms)) if kind == "sum" and terms is not None else None,
+            sum_coefficient=float(np.max(coefficient)) if kind == "sum" else 0.0,
             error=float(err.flat[worst]) if err.size else 0.0,
         )
     if other_tf is not None:
@@ -524,25 +555,28 @@ def _run_other_tf(mode, source, source_error, inputs, keys):
 
 
 def _magnitudes(onnx_model, names, inputs, threads):
-    """({output: Σ|terms| per element} for the outputs with a sum upstream, a note when that failed)."""
+    """({output: Σ|terms| per element} for the outputs with a sum upstream, {output: terms summed per element},
+    a note when that failed)."""
     from converters.verify_magnitude import companion
 
     if not names:
-        return {}, ""
+        return {}, {}, ""
     try:
         comp = companion(onnx_model, names)
         if not comp.outputs:
-            return {}, ""
+            return {}, {}, ""
         values = run_onnx(comp.model, inputs, threads, VERIFY_LOG_SEVERITY)
     except Exception as e:  # noqa: BLE001 - the verdicts say what this costs
-        return {}, f"the magnitudes of sums could not be computed ({_one_line(e)}); sums were judged as plain floats"
-    return {name: values[mag] for name, mag in comp.outputs.items()}, ""
+        note = f"the magnitudes of sums could not be computed ({_one_line(e)}); sums were judged as plain floats"
+        return {}, {}, note
+    return ({name: values[mag] for name, mag in comp.outputs.items()},
+            {name: values[count] for name, count in comp.terms.items()}, "")
 
 
 def run_with_magnitudes(model, names, feeds, threads, additions=False):
     """Run ``model`` on ``feeds`` with the magnitudes of the ``names`` outputs that have a sum upstream (or an
     addition, with ``additions``; converters.verify_magnitude.companion): (its outputs by name, {output:
-    Σ|terms|}, a note when the magnitudes could not be computed)."""
+    Σ|terms|}, a note when the magnitudes could not be computed, {output: terms summed per element})."""
     from converters.verify_magnitude import companion
 
     try:
@@ -550,9 +584,10 @@ def run_with_magnitudes(model, names, feeds, threads, additions=False):
         values = run_onnx(comp.model, feeds, threads, VERIFY_LOG_SEVERITY)
     except Exception as e:  # noqa: BLE001 - the verdicts say what this costs
         note = f"the magnitudes of sums could not be computed ({_one_line(e)}); sums were judged as plain floats"
-        return run_onnx(model, feeds, threads, VERIFY_LOG_SEVERITY), {}, note
+        return run_onnx(model, feeds, threads, VERIFY_LOG_SEVERITY), {}, note, {}
     magnitudes = {name: values.pop(mag) for name, mag in comp.outputs.items()}
-    return values, magnitudes, ""
+    terms = {name: values.pop(count) for name, count in comp.terms.items()}
+    return values, magnitudes, "", terms
 
 
 def verify(
@@ -670,12 +705,12 @@ def verify(
         exact = {n: False for n in onnx_names}  # nothing of an integer model is TF's float to the bit
     floats = [n for n in onnx_names
               if not exact[n] and (reference[n].dtype.kind == "f" or reference[n].dtype.name == "bfloat16")]
-    magnitudes, magnitude_note = _magnitudes(onnx_model, floats, inputs, threads)
+    magnitudes, terms, magnitude_note = _magnitudes(onnx_model, floats, inputs, threads)
     if magnitude_note:
         notes.append(magnitude_note)
     checks = [
         judge_output(name, reference[name], ort_values[name], exact[name], rtol, sum_rtol, atol, magnitudes.get(name),
-                     None if onednn is None else onednn.get(name))
+                     None if onednn is None else onednn.get(name), terms.get(name))
         for name in onnx_names
     ]
     report = VerifyReport(checks, inputs, notes, tf_reference, tf_spread, step_checks)

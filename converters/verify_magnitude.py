@@ -50,6 +50,14 @@ Smooth functions (exp, log, softmax, ...) are leaves on purpose: carrying a sum'
 |f'|) is correct to first order, but every gradient behind a loss then inherits the forward pass's worst-case
 bound, an order of magnitude looser than the differences measured with them as leaves.
 
+Terms per element. Each summing node also gives the number of terms one element of it adds, from its shapes (a
+reduction: input size over output size; Conv: C/group*kh*kw; MatMul, Gemm: K; ConvTranspose: at most C/group
+taps; the batch norm's statistics and gradient sums: N*H*W; the depthwise ops: kh*kw, kh*kw*multiplier,
+N*out_h*out_w; Einsum: the contracted dimensions), and a value the largest count on its path back (within the
+levels followed): the n of the summation-order bound 2(n+1)u*magnitude (converters.verification.
+summation_coefficient). First order, a sum of sums errs by at most the largest n times u times the magnitude,
+which already includes the inner sums' terms.
+
 An output is judged as a sum when a sum lies on its path back; the others keep the plain relative
 tolerance. The magnitudes come from a companion model (the original graph plus these nodes, their results as
 extra outputs) run in ONNX Runtime on the same inputs. The magnitude is computed from the model under test:
@@ -114,6 +122,7 @@ class Companion:
 
     model: onnx.ModelProto
     outputs: Dict[str, str]
+    terms: Dict[str, str] = dataclasses.field(default_factory=dict)  # summed output -> its number of terms
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,6 +130,7 @@ class _Mag:
     name: str  # the magnitude tensor
     derived: bool  # differs from the value's absolute value (a sum, or a chain with an addition)
     summed: bool  # a sum lies on the path back (within this level)
+    terms: str = ""  # a float32 scalar: the most terms one element of a sum on the path back adds ("" for none)
 
 
 class _Builder:
@@ -248,7 +258,9 @@ class _Builder:
         inner = levels - 1 if kind == "sum" else levels
         mags = {i: self.memo[(node.input[i], inner)] for i in data}
         if kind == "sum":
-            self._set_sums(node, self._build_sum(node, data, mags), levels)
+            inherited = [m.terms for m in mags.values()]
+            terms = [self.largest([own] + inherited) for own in self._terms(node)]
+            self._set_sums(node, self._build_sum(node, data, mags), terms, levels)
         else:
             self._build_chain(node, value, levels, mags)
         if (value, levels) not in self.memo:
@@ -258,6 +270,7 @@ class _Builder:
         op = node.op_type
         derived = any(m.derived for m in mags.values())
         summed = any(m.summed for m in mags.values())
+        terms = self.largest([m.terms for m in mags.values()])
         if op in _ALIASES:
             self.memo[(value, levels)] = mags[0]
             return
@@ -277,9 +290,9 @@ class _Builder:
                 outs = [self.abs(outs[0])]
             for name, mag in zip(node.output, outs):
                 if name and (name, levels) not in self.memo:
-                    self.memo[(name, levels)] = _Mag(mag, derived, summed)
+                    self.memo[(name, levels)] = _Mag(mag, derived, summed, terms)
             return
-        self.memo[(value, levels)] = _Mag(out, derived, summed)
+        self.memo[(value, levels)] = _Mag(out, derived, summed, terms)
 
     def _multilinear(self, node, factors, addends, mags, **attrs) -> list:
         """The node's outputs to first order: one evaluation per factor whose magnitude is derived, on that
@@ -298,10 +311,109 @@ class _Builder:
             evaluations.append(self.add(node.op_type, inputs, len(node.output), template=node, **attrs))
         return [self.total([e[o] for e in evaluations]) for o in range(len(node.output))]
 
-    def _set_sums(self, node, outputs, levels):
-        for name, mag in zip(node.output, outputs):
+    def _set_sums(self, node, outputs, terms, levels):
+        for name, mag, n in zip(node.output, outputs, terms):
             if name and mag and (name, levels) not in self.memo:
-                self.memo[(name, levels)] = _Mag(mag, True, True)
+                self.memo[(name, levels)] = _Mag(mag, True, True, n)
+
+    # -- the number of terms one element of a sum adds (for the summation-order bound, converters.verification)
+
+    def largest(self, counts: list) -> str:
+        counts = sorted({c for c in counts if c})
+        if len(counts) <= 1:
+            return counts[0] if counts else ""
+        return self.add("Max", counts)[0]
+
+    def as_float(self, value: str) -> str:
+        return self.add("Cast", [value], to=onnx.TensorProto.FLOAT)[0]
+
+    def size(self, value: str) -> str:
+        return self.as_float(self.add("Size", [value])[0])
+
+    def dim(self, value: str, axis: int) -> str:
+        (shape,) = self.add("Shape", [value])
+        index = self.name("axis")
+        self.initializers.append(numpy_helper.from_array(np.asarray(axis, np.int64), index))
+        return self.as_float(self.add("Gather", [shape, index], axis=0)[0])
+
+    def ratio(self, numerator: str, *denominators: str) -> str:
+        for d in denominators:
+            (numerator,) = self.add("Div", [numerator, d])
+        return numerator
+
+    def _terms(self, node) -> list:
+        """Per output of a summing node, a float32 scalar: the most terms one element of it adds ("" where the
+        output is not a sum of many). Upper bounds where elements differ (a strided transposed convolution)."""
+        op, inputs, attrs = node.op_type, node.input, _attrs(node)
+        outputs = len(node.output)
+        if node.domain == DOMAIN:
+            channel = 1 if attrs.get("data_format", "NHWC") == "NCHW" else -1
+            if op == "DepthwiseConv2dNative":  # kh * kw taps
+                return [self.ratio(self.size(inputs[1]), self.dim(inputs[1], 2), self.dim(inputs[1], 3))]
+            if op == "DepthwiseConv2dNativeBackpropInput":  # kh * kw * multiplier
+                return [self.ratio(self.size(inputs[1]), self.dim(inputs[1], 2))]
+            if op == "DepthwiseConv2dNativeBackpropFilter":  # N * out_h * out_w
+                return [self.ratio(self.size(inputs[2]), self.dim(inputs[2], channel))]
+            if op in _DOMAIN_LINEAR:  # the range gradients: every element of the incoming gradient (per channel)
+                return [self.ratio(self.size(inputs[0]), self.size(out)) if i in _DOMAIN_LINEAR[op] and out else ""
+                        for i, out in enumerate(node.output)]
+            if op in _BN_FORWARD or op in _BN_GRAD:  # the statistics and the gradients' sums: N * H * W
+                training = attrs.get("is_training", 1)
+                if not training and op in _BN_FORWARD:
+                    return [""] * outputs
+                x, scale = (inputs[1], inputs[2]) if op in _BN_GRAD else (inputs[0], inputs[1])
+                per_channel = self.ratio(self.size(x), self.size(scale))
+                return [per_channel if training or i > 0 else "" for i in range(outputs)]
+            return [""] * outputs
+        if op in ("ReduceSum", "ReduceMean", "ReduceSumSquare", "ReduceL1", "ReduceL2", "GlobalAveragePool"):
+            return [self.ratio(self.size(inputs[0]), self.size(node.output[0]))]
+        if op == "Sum":
+            return [self.const(float(len([i for i in inputs if i])))]
+        if op == "AveragePool":
+            return [self.const(float(np.prod(attrs.get("kernel_shape", [1]))))]
+        if op == "CumSum":
+            (axis,) = self.add("Cast", [inputs[1]], to=onnx.TensorProto.INT64)
+            (shape,) = self.add("Shape", [inputs[0]])
+            return [self.as_float(self.add("Gather", [shape, axis], axis=0)[0])]
+        if op == "MatMul":
+            return [self.dim(inputs[0], -1)]
+        if op == "Gemm":
+            return [self.dim(inputs[0], 0 if attrs.get("transA", 0) else 1)]
+        if op == "Conv":  # C / group * kernel taps
+            return [self.ratio(self.size(inputs[1]), self.dim(inputs[1], 0))]
+        if op == "ConvTranspose":  # at most C / group * kernel taps
+            group = self.const(float(attrs.get("group", 1)))
+            return [self.ratio(self.size(inputs[1]), self.dim(inputs[1], 1), group)]
+        if op == "Einsum":
+            return [self._einsum_terms(node, attrs)]
+        return [""] * outputs
+
+    def _einsum_terms(self, node, attrs) -> str:
+        """The product of the contracted dimensions (with an ellipsis: the size of all inputs over the output's,
+        an upper bound)."""
+        equation = attrs.get("equation", "").replace(" ", "")
+        lhs, _, rhs = equation.partition("->")
+        operands = lhs.split(",")
+        if "..." in equation or len(operands) != len(node.input):
+            total = self.size(node.input[0])
+            for other in node.input[1:]:
+                (total,) = self.add("Mul", [total, self.size(other)])
+            return self.ratio(total, self.size(node.output[0]))
+        if "->" not in equation:  # implicit output: the letters that appear once
+            letters = "".join(operands)
+            rhs = "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
+        dims = {}
+        for name, letters in zip(node.input, operands):
+            for axis, c in enumerate(letters):
+                if c not in rhs and c not in dims:
+                    dims[c] = self.dim(name, axis)
+        if not dims:
+            return ""
+        values = list(dims.values())
+        total = values[0]
+        for v in values[1:]:
+            (total,) = self.add("Mul", [total, v])
+        return total
 
     def _build_sum(self, node, data, mags) -> list:
         """The magnitudes of the node's summed outputs, in output order ("" where not computed)."""
@@ -425,15 +537,21 @@ def companion(model: onnx.ModelProto, outputs=None, levels: int = None, addition
         if name in floats:
             mag = builder.magnitude(name, LEVELS if levels is None else levels)
             if mag.summed or (additions and mag.derived):
-                found[name] = mag.name
+                found[name] = mag
     result = onnx.ModelProto()
     result.CopyFrom(model)
     result.graph.node.extend(builder.nodes)
     result.graph.initializer.extend(builder.initializers)
-    named = {}
+    named, terms = {}, {}
     for name, mag in found.items():
         out = f"verify_magnitude/of/{name}"
-        result.graph.node.append(helper.make_node("Identity", [mag], [out], name=f"verify_magnitude/out/{name}"))
+        result.graph.node.append(helper.make_node("Identity", [mag.name], [out], name=f"verify_magnitude/out/{name}"))
         result.graph.output.append(helper.make_tensor_value_info(out, floats[name], None))
         named[name] = out
-    return Companion(result, named)
+        if mag.terms:
+            count = f"verify_magnitude/terms/{name}"
+            result.graph.node.append(helper.make_node("Identity", [mag.terms], [count],
+                                                      name=f"verify_magnitude/terms_out/{name}"))
+            result.graph.output.append(helper.make_tensor_value_info(count, onnx.TensorProto.FLOAT, None))
+            terms[name] = count
+    return Companion(result, named, terms)
