@@ -42,7 +42,7 @@ def lower_to_integer(model: onnx.ModelProto, weights: str = "uint8"):
     """(the model as QDQ, its IntegerSummary, {quantized output: step}); the model's domain nodes are rewritten
     or the conversion fails naming the node. ``weights``: converters.integer.rewrite.rewrite's."""
     model, summary, steps = rewrite(model, weights)
-    if not summary.compute_ops and not summary.activation_quantizers:
+    if not summary.weight_quantizers and not summary.activation_quantizers:
         raise ConversionError("the integer lowering found no quantizer in this graph: it is a float model, with "
                               "nothing to run in integer. Convert it with lowering='custom' or 'standard', or "
                               "quantize it first (tfmot's quantize_model, keras.quantizers)")

@@ -23,8 +23,11 @@ What becomes what (docs/integer.md has the full account):
 * a quantizer after a layout op (Squeeze of the global mean) also quantizes the layout op's input, so that the
   layout op runs on integers and the op before it has its Q.
 
-What it cannot write as integers it leaves in float and names (``IntegerSummary.float_ops``); a family node it has
-no rule for is a ConversionError naming the node.
+What it cannot write as integers it leaves in float and names (``IntegerSummary.float_ops``): a convolution or
+matmul without a quantized input or a quantizer after it, or whose kernel TF leaves float (tfmot does to a layer
+before a ReLU layer); the quantizer after such a float island rounds as TF does, with no QuantizeLinear for ONNX
+Runtime to quantize the island's float kernel against (quantizes_float_island). A depthwise convolution left in NHWC
+is written between Transposes (emit_conv). A family node it has no rule for is a ConversionError naming the node.
 """
 from __future__ import annotations
 
@@ -50,6 +53,9 @@ LAYOUT_OPS = ("Squeeze", "Unsqueeze", "Reshape", "Flatten", "Transpose")
 # quantization): ONNX Runtime runs them on the integers between a DequantizeLinear and a QuantizeLinear.
 GRID_PRESERVING_OPS = ("MaxPool", "Identity", "Pad") + LAYOUT_OPS  # Pad: see _pads_on_grid
 BATCH_NORM_OPS = ("FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3")
+# Standard ops a float island's result may pass on its way to its quantizer (quantizes_float_island): a
+# per-channel tail, a clamp, a move.
+ISLAND_TAIL_OPS = ("Relu", "Clip", "Add", "Sub", "Mul", "Identity") + LAYOUT_OPS
 
 
 @dataclasses.dataclass
@@ -61,6 +67,7 @@ class IntegerSummary:
     activation_quantizers: int = 0
     weight_quantizers: int = 0
     exact_input_quantizers: int = 0
+    island_output_quantizers: int = 0  # after a float convolution or matmul, with TF's rounding
     clipped_quantizers: List[str] = dataclasses.field(default_factory=list)  # narrow/low-bit grids
     integer_clamps: int = 0  # ReLU/ReLU6 (and narrow grids) written as a Clip of the integers
     dropped_clamps: int = 0  # ReLU/ReLU6 that QuantizeLinear's saturation already does
@@ -72,7 +79,8 @@ class IntegerSummary:
         for op in sorted(self.compute_ops):
             out.append(f"{op} in integer: {self.integer_ops.get(op, 0)}/{self.compute_ops[op]}")
         out.append(f"quantizers: {self.activation_quantizers} activation (QuantizeLinear/DequantizeLinear, "
-                   f"{self.exact_input_quantizers} of the graph input with TF's rounding), "
+                   f"{self.exact_input_quantizers} of the graph input and {self.island_output_quantizers} after a "
+                   "convolution or matmul left in float, with TF's rounding), "
                    f"{self.weight_quantizers} weight (TF's int8 integers, stored as {self.weight_storage}); ReLU/ReLU6: "
                    f"{self.integer_clamps} as a Clip of the integers, {self.dropped_clamps} dropped (the grid clamps)")
         if self.clipped_quantizers:
@@ -143,6 +151,7 @@ class _Rewriter:
         self.output_steps: Dict[str, float] = {}
         self.inherited: Dict[str, onnx.NodeProto] = {}  # grid-preserving op's output -> the op
         self.clamps: Dict[str, onnx.NodeProto] = {}  # quantizer output -> the ReLU/Clip it absorbs
+        self.float_results = set()  # outputs of the convolutions and matmuls written in float (float islands)
 
     # -- helpers ---------------------------------------------------------------------------------------------
     def _shapes(self) -> Dict[str, list]:
@@ -173,6 +182,11 @@ class _Rewriter:
 
     def is_family(self, node, *types) -> bool:
         return node.domain == DOMAIN and (not types or node.op_type in types)
+
+    @staticmethod
+    def layout(node) -> str:
+        """The data format of a domain node (TF's default NHWC where unset); standard ONNX ops are NCHW."""
+        return _text(_attrs(node).get("data_format", "NHWC")) if node.domain else "NCHW"
 
     def _grid_of(self, node) -> Optional[Grid]:
         """The Grid of a domain quantizer with a fixed range (None for other nodes)."""
@@ -309,9 +323,14 @@ class _Rewriter:
         clamp = self.clamps.get(out) if output is None else None
         if clamp is not None:
             x = clamp.input[0]
-        if output is None and self.reads_graph_input(x):
+        island = self.quantizes_float_island(x)
+        if island or (output is None and self.reads_graph_input(x)):
             self.emit_tf_rounding(prefix, x, grid, integers, rank)
-            self.summary.exact_input_quantizers += 1
+            if output is None:
+                if island:
+                    self.summary.island_output_quantizers += 1
+                else:
+                    self.summary.exact_input_quantizers += 1
         else:
             self.emit("QuantizeLinear", [x, s, z], [integers], prefix + "/QuantizeLinear", **attrs)
         lo, hi = self.integer_bounds(grid, clamp)
@@ -334,6 +353,30 @@ class _Rewriter:
             self.summary.activation_quantizers += 1
             if out in self.graph_outputs and grid.axis is None:
                 self.output_steps[out] = float(grid.scale)
+
+    def quantizes_float_island(self, tensor: str) -> bool:
+        """Whether ``tensor`` (what a quantizer reads) is a float island's convolution or matmul, through its
+        per-channel tail, clamps and moves only. Such a quantizer is written with TF's rounding
+        (:meth:`emit_tf_rounding`), never as a QuantizeLinear: ONNX Runtime's WeightBiasQuantization (a level-1
+        transformer, onnxruntime/core/optimizer/qdq_transformer/weight_bias_quantization.cc) gives a Conv or
+        Gemm with a float filter its own per-tensor int8 quantization wherever it reads a per-tensor
+        DequantizeLinear and reaches a QuantizeLinear through Relu/Clip alone (its Conv-Add, Conv-Mul and
+        MatMul-Add fusions make more such paths), and the QDQ fusion then runs it in integer with a filter TF
+        never had. With no QuantizeLinear after it, nothing in ONNX Runtime quantizes the island at any
+        optimization level; and its float result rounds as TF's does (the graph input's exact quantizer)."""
+        for _ in range(32):
+            if tensor in self.float_results:
+                return True
+            node = self.producer.get(tensor)
+            if node is None:
+                return False
+            if not self.is_family(node, *BATCH_NORM_OPS) and (node.domain or node.op_type not in ISLAND_TAIL_OPS):
+                return False
+            variable = [i for i in (node.input[:1] if node.domain else node.input) if i and i not in self.constants]
+            if len(variable) != 1:
+                return False
+            tensor = variable[0]
+        return False
 
     def emit_tf_rounding(self, prefix: str, x: str, grid: Grid, integers: str, rank: Optional[int]):
         """k = floor((clamp(x) - nudged_min) / scale - quant_zero + 0.5) + zero_point, in float32 as TF's
@@ -378,9 +421,12 @@ class _Rewriter:
             mode = _text(_attrs(pad).get("mode", "constant"))
             value = self.constants.get(pad.input[2]) if len(pad.input) > 2 and pad.input[2] else np.float32(0)
             widths = self.constants.get(pad.input[1]) if len(pad.input) > 1 else None
+            # ONNX's pads: [begin of each dim, end of each dim]; H and W are dims 2, 3 (NCHW) or 1, 2 (NHWC).
+            h, w = (1, 2) if self.layout(node) == "NHWC" else (2, 3)
+            others = [d for d in range(8) if d % 4 not in (h, w)]
             if (mode == "constant" and value is not None and float(value) == 0.0 and widths is not None
-                    and len(widths) == 8 and not widths[[0, 1, 4, 5]].any() and pad.input[0] in self.activation_grids):
-                pads = [int(widths[2]), int(widths[3]), int(widths[6]), int(widths[7])]
+                    and len(widths) == 8 and not widths[others].any() and pad.input[0] in self.activation_grids):
+                pads = [int(widths[h]), int(widths[w]), int(widths[h + 4]), int(widths[w + 4])]
                 x = pad.input[0]
         grid = self.activation_grids.get(x)
         if grid is None or grid.axis is not None:
@@ -411,7 +457,7 @@ class _Rewriter:
                 else:
                     a, b = (a * vec).astype(np.float32), (b * vec).astype(np.float32)
             elif self.is_family(user, *BATCH_NORM_OPS) and user.input[0] == out:
-                norm = self.inference_batch_norm(user)
+                norm = self.inference_batch_norm(user) if self.layout(user) == self.layout(node) else None
                 if norm is None:
                     return None
                 k, mean, beta = norm
@@ -433,7 +479,7 @@ class _Rewriter:
 
     def _per_channel(self, node, c):
         """A constant that broadcasts along the compute node's output channels only, as a [C] vector (None else)."""
-        if node.op_type == "MatMul":
+        if node.op_type == "MatMul" or self.layout(node) == "NHWC":  # channels last
             return c.ravel() if c.ndim <= 1 or all(d == 1 for d in c.shape[:-1]) else None
         squeezed = c.reshape(-1) if c.size == 1 else None
         if squeezed is not None:
@@ -474,8 +520,16 @@ class _Rewriter:
 
     def rewrite_compute(self, node) -> bool:
         kind = "MatMul" if node.op_type == "MatMul" else ("DepthwiseConv2dNative" if node.domain else "Conv")
-        if len(node.input) < 2 or node.input[1] not in self.weights:
+        if len(node.input) < 2:
             return False
+        if node.input[1] not in self.weights:
+            if node.input[1] not in self.constants:
+                return False
+            # A float constant filter: TF computes with the float kernel. tfmot's quantize_model does this to a
+            # Conv2D, DepthwiseConv2D or Dense followed by a ReLU layer (docs/integer.md, "Float kernels").
+            self.summary.compute_ops[kind] += 1
+            what = "weight" if kind == "MatMul" else "filter"
+            return self._float(node, kind, f"its {what} is not quantized in TF (TF computes with the float {what})")
         self.summary.compute_ops[kind] += 1
         why = None
         found = self.input_grid(node)
@@ -487,9 +541,7 @@ class _Rewriter:
         if why is None and node.op_type == "MatMul" and len(self.shapes.get(found[0], [])) != 2:
             why = "a MatMul of an input not known to be 2-D (written as Gemm only then)"
         if why is not None:
-            self.summary.float_ops.append(f"{node.name} ({kind}): {why}")
-            self.materialize_weight(node)
-            return True
+            return self._float(node, kind, why)
         x, in_grid, pads, pad_node = found
         a, b, _, tail_out, _, absorbed = tail
         w = self.weights[node.input[1]]
@@ -537,7 +589,7 @@ class _Rewriter:
         if node.op_type == "MatMul":
             self.emit("Gemm", [x, w_dq, b_dq], [result], name + "/Gemm", transB=1)
         else:
-            self.emit("Conv", [x, w_dq, b_dq], [result], name, **self.conv_attrs(node, pads))
+            self.emit_conv(node, [x, w_dq, b_dq], result, pads)
         self.absorbed.update(n.name for n in absorbed)
         if pad_node is not None:
             self.absorbed.add(pad_node.name)
@@ -546,8 +598,24 @@ class _Rewriter:
 
     def _float(self, node, kind, why):
         self.summary.float_ops.append(f"{node.name} ({kind}): {why}")
-        self.materialize_weight(node)
+        self.write_float(node)
         return True
+
+    def emit_conv(self, node, inputs, output: str, pads):
+        """The ONNX Conv of a Conv node, or of a depthwise convolution (grouped); one the layout optimizer left in
+        NHWC (no NCHW convolution before it to take the layout from: a network's first layer, or a
+        single-channel tensor whose layout Transpose tf2onnx wrote as a Reshape) between Transposes to NCHW and
+        back, which ONNX Runtime's QDQ propagation moves outside the QDQ group."""
+        attrs = self.conv_attrs(node, pads)
+        if self.layout(node) == "NCHW":
+            return self.emit("Conv", inputs, [output], node.name, **attrs)
+        x = self.emit("Transpose", [inputs[0]], [node.name + "/nchw_input"], node.name + "/ToNCHW", perm=[0, 3, 1, 2])
+        y = self.emit("Conv", [x] + list(inputs[1:]), [node.name + "/nchw_output"], node.name, **attrs)
+        return self.emit("Transpose", [y], [output], node.name + "/ToNHWC", perm=[0, 2, 3, 1])
+
+    def _filter_shape(self, node):
+        w = self.weights.get(node.input[1])
+        return w.q.shape if w is not None else self.constants[node.input[1]].shape
 
     def compute_layout(self, node, w: _QuantizedConstant):
         """(q, per-output-channel scale) in the layout of the op written: Conv [O, I/g, kh, kw]; a depthwise
@@ -573,10 +641,13 @@ class _Rewriter:
                 old = list(out.get("pads", [0, 0, 0, 0]))
                 out["pads"] = [p + o for p, o in zip(pads, old)]
             return out
-        if _text(attrs.get("data_format", "NHWC")) != "NCHW":
-            raise ConversionError(f"DepthwiseConv2dNative (node {node.name!r}): not in NCHW after layout optimization")
-        strides, dilations = list(attrs["strides"])[2:], list(attrs.get("dilations", [1, 1, 1, 1]))[2:]
-        filt = self.weights[node.input[1]].q.shape
+        fmt = self.layout(node)
+        if fmt not in ("NCHW", "NHWC"):
+            raise ConversionError(f"DepthwiseConv2dNative (node {node.name!r}): data_format {fmt!r}")
+        h, w = (2, 3) if fmt == "NCHW" else (1, 2)
+        strides, dilations = list(attrs["strides"]), list(attrs.get("dilations", [1, 1, 1, 1]))
+        strides, dilations = [strides[h], strides[w]], [dilations[h], dilations[w]]
+        filt = self._filter_shape(node)
         out = {"strides": strides, "dilations": dilations, "kernel_shape": [filt[0], filt[1]],
                "group": filt[2]}
         padding = _text(attrs["padding"])
@@ -587,25 +658,33 @@ class _Rewriter:
         else:
             explicit = [0, 0, 0, 0]
             if padding == "EXPLICIT":
-                e = list(attrs["explicit_paddings"])
-                explicit = [e[4], e[6], e[5], e[7]]
+                e = list(attrs["explicit_paddings"])  # (before, after) per dim of data_format
+                explicit = [e[2 * h], e[2 * w], e[2 * h + 1], e[2 * w + 1]]
             if pads is not None:
                 explicit = [p + o for p, o in zip(pads, explicit)]
             out["pads"] = explicit
         return out
 
-    def materialize_weight(self, node):
-        """A weight left in float gets TF's fake-quantized values (q * scale: the same bits TF computes)."""
-        w = self.weights[node.input[1]]
-        name = node.input[1] + "/fake_quantized"
-        value = (w.q.astype(np.float32) * w.scale).astype(np.float32)
+    def write_float(self, node):
+        """A float island: ``node`` in float with the filter TF computes with: a quantized weight's fake-quantized
+        values (q * scale: the same bits TF computes), a float constant as it is; a depthwise convolution as the
+        standard lowering writes it, a grouped Conv. Its output is marked for :meth:`quantizes_float_island`."""
+        self.float_results.add(node.output[0])
+        w = self.weights.get(node.input[1])
+        if w is not None:
+            name = node.input[1] + "/fake_quantized"
+            value = (w.q.astype(np.float32) * w.scale).astype(np.float32)
+        else:
+            name, value = node.input[1], self.constants[node.input[1]]
         if node.domain:
-            # A depthwise filter [kh, kw, C, M] as a grouped Conv's [C*M, 1, kh, kw] (float, as TF computes it).
+            # A depthwise filter [kh, kw, C, M] as a grouped Conv's [C*M, 1, kh, kw].
             kh, kw, c, m = value.shape
-            self.initializer(name, np.ascontiguousarray(np.transpose(value, (2, 3, 0, 1)).reshape(c * m, 1, kh, kw)))
-            self.emit("Conv", [node.input[0], name], [node.output[0]], node.name, **self.conv_attrs(node, None))
+            name = self.initializer(name + "/grouped",
+                                    np.ascontiguousarray(np.transpose(value, (2, 3, 0, 1)).reshape(c * m, 1, kh, kw)))
+            self.emit_conv(node, [node.input[0], name], node.output[0], None)
             return
-        self.initializer(name, value)
+        if w is not None:
+            self.initializer(name, value)
         copy = onnx.NodeProto()
         copy.CopyFrom(node)
         copy.input[1] = name
@@ -614,12 +693,12 @@ class _Rewriter:
     def inference_batch_norm(self, node):
         """(k, mean, offset), float32 vectors per channel, of an inference batch norm: ``y = (x - mean) * k +
         offset`` with ``k = rsqrt(variance + epsilon) * scale``, the order of TF's kernel
-        (ort_ops.reference._batch_norm). None where it is not one: training mode, statistics not constant, not NCHW,
-        or its statistics outputs read (nothing would compute them)."""
+        (ort_ops.reference._batch_norm). None where it is not one: training mode, statistics not constant, a layout
+        other than NCHW and NHWC, or its statistics outputs read (nothing would compute them)."""
         attrs = _attrs(node)
         stats = [self.constants.get(t) for t in node.input[1:5]]
         if (attrs.get("is_training", 1) or any(v is None for v in stats)
-                or _text(attrs.get("data_format", "NHWC")) != "NCHW"
+                or self.layout(node) not in ("NCHW", "NHWC")
                 or any(self.consumers.get(o) or o in self.graph_outputs for o in node.output[1:])):
             return None
         gamma, beta, mean, var = (v.astype(np.float32) for v in stats)
@@ -629,8 +708,9 @@ class _Rewriter:
 
     def float_batch_norm(self, node) -> bool:
         """An inference batch norm that no convolution absorbed, in float (:meth:`inference_batch_norm`'s
-        arithmetic, constants shaped [C, 1, 1]), named as a float island. False where it is not one."""
-        norm = self.inference_batch_norm(node)
+        arithmetic, constants shaped [C, 1, 1]), named as a float island. False where it is not one (in NHWC
+        too: only a convolution's tail is taken in NHWC)."""
+        norm = self.inference_batch_norm(node) if self.layout(node) == "NCHW" else None
         if norm is None:
             return False
         k, mean, beta = (v.reshape(-1, 1, 1) for v in norm)
@@ -676,8 +756,10 @@ class _Rewriter:
                 if self.rewrite_compute(node):
                     continue
                 if node.domain:
-                    raise ConversionError(f"DepthwiseConv2dNative (node {node.name!r}): its filter is not a quantized "
-                                          "constant; the integer lowering writes quantized depthwise convolutions only")
+                    raise ConversionError(f"DepthwiseConv2dNative (node {node.name!r}): its filter is computed in the "
+                                          "graph, not a constant; the integer lowering writes depthwise convolutions "
+                                          "of a constant filter (quantized, or float as a float island); convert with "
+                                          "lowering='custom' or 'standard'")
             if self.is_family(node, *BATCH_NORM_OPS) and self.float_batch_norm(node):
                 continue
             if self.is_family(node):
