@@ -108,6 +108,22 @@ def _layout_optimizer_class():
                 return self._handle_node_having_branches(trans, node)
             return super()._add_handler(trans, node)
 
+        def _mul_handler(self, trans, node):
+            """tf2onnx's, plus the shape its square case forgets. For ``Mul(t, t)`` (a batch norm's
+            ``(x - mean)^2`` in the standard lowering) tf2onnx moves the Transpose below the Mul but leaves the
+            Mul's recorded output shape in the old layout. post_optimize_action later writes a Transpose that
+            moves only size-1 dims as a Reshape to a shape computed from that record: with H or W of 1, a
+            Reshape valid only for the old layout, which sums a variance over the wrong axes. Here the Mul's
+            shape is permuted as tf2onnx's own switch of a Transpose and a node does."""
+            square = list(node.input) == [trans.output[0]] * 2
+            shape = self._g.get_shape(node.output[0]) if square else None
+            if not super()._mul_handler(trans, node):
+                return False
+            if shape:
+                self._g.set_shape(node.output[0], [shape[i] for i in _inverse(trans.get_attr_value("perm"))])
+                self._g.set_shape(trans.output[0], shape)
+            return True
+
         def _optimize_at_current_graph_level(self, graph):
             """tf2onnx's loop, without its restarts. tf2onnx goes back to the first node after every change
             and so tries every Transpose that could not move once per change: nodes x moves, 170 s of the
