@@ -225,6 +225,15 @@ class _Builder:
                 kind, data = "chain", (0,)
             elif op in ("Add", "Sub", "Mul", "Div"):
                 kind, data = "chain", (0, 1)
+            elif op == "Resize":
+                # Linear interpolation is a sum of the input's pixels with non-negative weights (TF's ResizeBilinear
+                # and ONNX's Resize round it in different orders); nearest only selects one. Cubic has negative
+                # weights, for which the same node on magnitudes is no bound: it stays a leaf.
+                mode = _attrs(node).get("mode", "nearest")
+                if mode == "linear":
+                    kind, data = "sum", (0,)
+                elif mode == "nearest":
+                    kind, data = "chain", (0,)
         elif node.domain == DOMAIN:
             if op in _DOMAIN_MULTILINEAR:
                 kind, data = "sum", _DOMAIN_MULTILINEAR[op]

@@ -8,17 +8,22 @@ from __future__ import annotations
 
 import collections
 import json
+import sys
+from pathlib import Path
 
 import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from tools.graphgen import oracle, raw_ops
-from tools.graphgen.campaign import run_campaign
-from tools.graphgen.draw import draw_graph
-from tools.graphgen.minimize import candidates
-from tools.graphgen.report import summarize
-from tools.graphgen.spec import FAMILIES, RAW, GraphSpec, InvalidGraph, check
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tools.graphgen import oracle, raw_ops  # noqa: E402
+from tools.graphgen.campaign import run_campaign  # noqa: E402
+from tools.graphgen.draw import draw_graph  # noqa: E402
+from tools.graphgen.minimize import candidates  # noqa: E402
+from tools.graphgen.report import summarize  # noqa: E402
+from tools.graphgen.spec import FAMILIES, RAW, GraphSpec, InvalidGraph, check  # noqa: E402
 
 pytestmark = pytest.mark.tensorflow
 

@@ -20,7 +20,7 @@ assert set(FAMILY_WEIGHTS) == set(FAMILIES)
 SIZES = (1, 1, 2, 3, 4, 5, 6, 6, 7, 8, 8, 9, 10, 12)
 ACTIVATIONS = ("relu", "relu6", "sigmoid", "tanh", "leaky_relu", "elu", "swish", "hard_sigmoid", "softmax")
 # tfmot's default 8-bit registry quantizes these Activation / ReLU layers (others make quantize_model refuse).
-TFMOT_ACTIVATIONS = ("relu", "relu6", "sigmoid", "tanh", "softmax")
+TFMOT_ACTIVATIONS = ("relu", "relu6", "sigmoid", "tanh", "softmax", "swish")
 MAX_ELEMENTS = 12 * 12 * 16  # per image, at any layer: keeps every run to seconds
 
 
@@ -118,7 +118,8 @@ def _draw_layer(rng, family, shape, depth) -> dict:
             op["filters"] = rng.randint(1, 6)
             op["multiplier"] = rng.choice((1, 2))
         if rng.random() < 0.3:
-            op["activation"] = rng.choice(("relu", "relu6") if tfmot else ACTIVATIONS[:4])
+            # tfmot quantizes a layer's own activation only for these (a ReLU6 must be its own layer)
+            op["activation"] = rng.choice(("relu", "swish", "sigmoid", "tanh") if tfmot else ACTIVATIONS[:4])
         if family == KERAS3_FAKE_QUANT and kind != "sepconv" and rng.random() < 0.7:
             op["kernel_fq"] = _kernel_quantizer(rng)
         return op
@@ -126,8 +127,9 @@ def _draw_layer(rng, family, shape, depth) -> dict:
         return {"op": "bn", "momentum": rng.choice((0.99, 0.9, 0.5)), "epsilon": rng.choice((1e-3, 1e-5, 0.1)),
                 "center": rng.random() < 0.85, "scale": rng.random() < 0.85}
     if kind == "act":
-        choices = TFMOT_ACTIVATIONS if tfmot else ACTIVATIONS
-        return {"op": "act", "fn": rng.choice(choices), "layer": rng.choice(("Activation", "ReLU"))}
+        fn = rng.choice(TFMOT_ACTIVATIONS if tfmot else ACTIVATIONS)
+        layer = "ReLU" if tfmot and fn == "relu6" else rng.choice(("Activation", "ReLU"))
+        return {"op": "act", "fn": fn, "layer": layer}
     if kind == "pool":
         size = rng.choice((1, 2, 2, 3))
         return {"op": "pool", "kind": rng.choice(("max", "avg")), "size": size,

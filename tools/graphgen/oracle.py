@@ -161,7 +161,7 @@ def run_signature(saved_model: str, key: str, lowering: str, workdir: str, varia
                 return {"status": VERIFIED, "note": "end to end within TF's own spread"}
             parts = _failed_parts(report)
         return {"status": FAILED, "class": "outside its bound: " + "+".join(parts),
-                "detail": _first_failing_rows(stdout)}
+                "detail": failing_detail(report) or _first_failing_rows(stdout)}
     if status != 0:
         return {"status": FAILED, "class": f"exit status {status}", "detail": _error_line(stderr)[:400]}
     problem = static_checks(out)
@@ -169,6 +169,31 @@ def run_signature(saved_model: str, key: str, lowering: str, workdir: str, varia
         return {"status": FAILED, "class": "static check: " + problem.split(":")[0].split(" (")[0][:40],
                 "detail": problem}
     return {"status": VERIFIED}
+
+
+def failing_detail(report_path: str) -> str:
+    """The failing rows of the CLI's JSON report: output or node, TF op, error against its bound."""
+    try:
+        with open(report_path) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return ""
+    rows = []
+    for o in data.get("outputs", []):
+        if not o.get("ok", True):
+            rows.append(f"output {o['name']}: {o.get('verdict')} (error {o.get('error_at_bound')} bound {o.get('bound')},"
+                        f" max abs {o.get('max_abs_err')})")
+    first = (data.get("per_node") or {}).get("first_failure")
+    if first:
+        rows.append(f"node {first.get('tf_tensor')} ({first.get('tf_type')}, {first.get('group')}): {first.get('verdict')}"
+                    f" (error {first.get('error_at_bound')} bound {first.get('bound')})")
+    per_tensor = data.get("per_tensor") or {}
+    for t in per_tensor.get("tensors", []):
+        if not t.get("ok", True):
+            rows.append(f"tensor {t['name']}: {t['max_steps']:g} steps")
+    if per_tensor and not per_tensor.get("ok", True) and not per_tensor.get("tensors"):
+        rows.append(f"per tensor: nothing judged ({len(per_tensor.get('unmatched', []))} unmatched)")
+    return " | ".join(rows[:4])[:700]
 
 
 def _first_failing_rows(stdout: str) -> str:
