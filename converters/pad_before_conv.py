@@ -27,7 +27,6 @@ Pad to its explicit padding the same way.)
 from __future__ import annotations
 
 import numpy as np
-from tf2onnx import utils
 
 from converters.fusions import constant_value
 
@@ -63,6 +62,9 @@ def _fold_into_space_to_batch(g, node) -> bool:
     if len(amounts) < 1 + paddings.shape[0] or not _only_on(amounts, block_axes):
         return False
     summed = (paddings.astype(np.int64) + amounts[1:1 + paddings.shape[0]]).astype(paddings.dtype)
+    from tf2onnx import utils  # here, not at import: importing converters must not import TensorFlow (the CLI
+    # sets TF's kernel mode before TF's import)
+
     new_paddings = g.make_const(utils.make_name(node.name + "/paddings_with_pad"), summed)
     g.replace_input(node, node.input[2], new_paddings.output[0], 2)
     g.replace_input(node, node.input[0], pad.input[0], 0)
