@@ -12,6 +12,7 @@ import os
 import shutil
 import sys
 import time
+import traceback
 
 PROTOCOL_FD_ENV = "GRAPHGEN_PROTOCOL_FD"
 
@@ -46,6 +47,11 @@ def judge_graph(spec, options: dict, announce=lambda *a: None) -> dict:
         except InvalidGraph as e:
             record["invalid"] = oracle.mask(str(e))
             record["invalid_detail"] = str(e)[:400]
+            return record
+        except Exception as e:  # noqa: BLE001 - TF, Keras or tfmot failing to build or train a model is theirs
+            where = traceback.extract_tb(e.__traceback__)[-1]
+            record["invalid"] = oracle.mask(f"building it raised {type(e).__name__}: {e}")
+            record["invalid_detail"] = f"{type(e).__name__}: {e} (at {where.filename}:{where.lineno})"[:600]
             return record
         for key, lowering in runs_of(spec, options):
             announce(key, lowering)
