@@ -121,7 +121,9 @@ def parse_args(argv=None):
     verify.add_argument("--verify-rtol", type=float, default=None, metavar="R",
                         help="relative tolerance of float outputs (default: a few ulps of the type, 1e-5 for float32)")
     verify.add_argument("--verify-sum-rtol", type=float, default=None, metavar="R",
-                        help="tolerance of sums, times the magnitude of what was summed (default 1e-5 for float32)")
+                        help="tolerance of sums, times the magnitude of what was summed (default: the larger of 1e-5 and "
+                        "the summation-order bound 2(n+1)*2^-24 for a float32 sum of n terms; R given here is used "
+                        "as it is)")
     verify.add_argument("--verify-steps", type=float, default=None, metavar="N",
                         help="an integer model's bound, in quantization steps, on each quantized output's largest "
                         "error (default converters.integer.steps.DEFAULT_STEP_BOUND; docs/integer.md)")

@@ -395,8 +395,9 @@ def judge_output(name, expected, actual, exact=False, rtol=None, sum_rtol=None, 
     ``expected``: TF's reference (Eigen); ``actual``: ORT's. ``exact`` (and any non-float output): bit for bit.
     Otherwise ``|ort - tf| <= rtol*|tf| + atol + tiny``, plus ``sum_rtol * magnitude`` where ``magnitude``
     (Σ|terms| per element, converters.verify_magnitude) is given: the output is then judged as a sum, and
-    ``terms`` (the number of terms summed per element, a scalar) raises ``sum_rtol`` to the summation-order bound
-    ``2(n+1)u`` where that is larger (summation_coefficient).
+    ``terms`` (the number of terms summed per element, a scalar) raises the default ``sum_rtol`` to the
+    summation-order bound ``2(n+1)u`` where that is larger (summation_coefficient); a ``sum_rtol`` the caller gives
+    is used as given.
     ``other_tf``: TF's other kernel set (oneDNN) on the same inputs, for TF's spread.
     """
     expected, actual = np.asarray(expected), np.asarray(actual)
@@ -421,8 +422,12 @@ def judge_output(name, expected, actual, exact=False, rtol=None, sum_rtol=None, 
             magnitude = np.asarray(magnitude, np.float64)
             if magnitude.shape == expected.shape:
                 kind = "sum"
-                sum_rtol = DEFAULT_SUM_RTOL.get(dtype, 1e-5) if sum_rtol is None else float(sum_rtol)
-                coefficient = summation_coefficient(dtype, sum_rtol, terms)
+                if sum_rtol is None:
+                    sum_rtol = DEFAULT_SUM_RTOL.get(dtype, 1e-5)
+                    coefficient = summation_coefficient(dtype, sum_rtol, terms)
+                else:  # the caller's own coefficient (--verify-sum-rtol), tighter or looser, is used as given
+                    sum_rtol = float(sum_rtol)
+                    coefficient = np.asarray(sum_rtol, np.float64)
                 usable = np.isfinite(magnitude)  # an overflowed magnitude would accept anything: not used
                 bound = bound + coefficient * np.where(usable, np.abs(magnitude), 0.0)
                 if not usable.all():
