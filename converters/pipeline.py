@@ -32,6 +32,7 @@ from converters.layout import absorb_channel_transposes
 from converters.layout import optimizers as layout_optimizers
 from converters.grouped_conv import rewrite_grouped_depthwise
 from converters.pad_before_conv import fold_pads_before_padding_convs
+from converters.space_to_batch import isolate_space_to_batch_inputs
 from converters.linear_cost import linear_graph
 from converters.redundant_clamps import drop_redundant_clamps
 from converters.lowering_custom import lower_to_custom_node
@@ -259,6 +260,7 @@ def convert_frozen_graph(
         for g in [main_g] + subgraphs:
             g.set_config(None, opset, extra_opset)
             drop_redundant_clamps(g)
+            isolate_space_to_batch_inputs(g)  # tf2onnx's handlers read every output of the op's producer
             fold_pads_before_padding_convs(g)  # before tf2onnx's Pad-into-Conv rewrite drops a conv's own pads
             rewrite_grouped_depthwise(g)
             absorb_channel_transposes(g, lowering)
