@@ -147,7 +147,19 @@ def freeze(concrete_func, input_names, output_names, variable_updates="warn", tr
         raise ValueError(f"variable_updates must be one of {VARIABLE_UPDATE_MODES}, got {variable_updates!r}")
     # TF's own freezing, minus its last step (re-importing the graph as a function), which rejects
     # the assignments left pointing at constants.
-    converter_data = c2c._FunctionConverterDataInEager(func=concrete_func, lower_control_flow=False, aggressive_inlining=True)
+    try:
+        converter_data = c2c._FunctionConverterDataInEager(func=concrete_func, lower_control_flow=False,
+                                                           aggressive_inlining=True)
+    except tf.errors.UnimplementedError as e:
+        if "f8E" not in str(e):
+            raise
+        # TF 2.21's graph optimizer (grappler's MLIR hook) cannot write float8 tensors back into a GraphDef, so TF
+        # itself cannot freeze the function: Keras 3's float8 training steps and saliency maps (float8_e5m2
+        # gradients) end here, while their inference graphs freeze and convert (opset 19).
+        raise ConversionError(
+            "TensorFlow cannot freeze this function: its graph optimizer fails on its float8 tensors ("
+            f"{str(e).strip().splitlines()[0]}), a TensorFlow limitation; Keras 3's float8 inference graphs convert "
+            "(--opset 19), its float8 training steps and gradients do not") from None
     inlined_nodes = {n.name: n for n in converter_data.graph_def.node}
     graph_def, _ = c2c._replace_variables_by_constants(converter_data=converter_data)
     graph_def = tf_loader.fix_freezing_errors_part2(graph_def)

@@ -87,3 +87,16 @@ def test_a_wrong_bilinear_resize_still_fails():
         index = list(wrong.graph.node).index(resize)
         wrong.graph.node.insert(index + 1, helper.make_node("Mul", [resize.output[0], "wrong_factor"], [scaled]))
         assert not converters.verify(wrong, fn, spread=False).ok, factor
+
+
+def test_keras3_float8_training_step_is_refused_with_tf_s_reason():
+    """Keras 3's float8 training step: TF itself cannot freeze it (float8_e5m2 gradients); the CLI says so in one
+    line (it used to report an unexpected error), while the same model's inference graph converts at opset 19."""
+    spec = GraphSpec(seed=2, index=29, family="keras3_quantize", batch=1, input=(8, 8, 3), head="gap",
+                     quantize_mode="float8", train_steps=2,
+                     layers=[{"op": "dwconv", "kernel": 1, "multiplier": 1, "padding": "same", "use_bias": True}])
+    record = judge_graph(spec, {"kinds": ["serving_default", "saliency"], "lowerings": ["standard"], "tf2onnx": False})
+    runs = {run["kind"]: run for run in record["runs"]}
+    assert runs["serving_default"]["status"] == "verified", runs
+    assert runs["saliency"]["status"] == "refused", runs
+    assert "TensorFlow cannot freeze this function" in runs["saliency"]["detail"]

@@ -55,7 +55,8 @@ def judge_graph(spec, options: dict, announce=lambda *a: None) -> dict:
             return record
         for key, lowering in runs_of(spec, options):
             announce(key, lowering)
-            result = oracle.run_signature(saved, key, lowering, workdir, variable_updates=spec.optimizer is not None)
+            result = oracle.run_signature(saved, key, lowering, workdir, variable_updates=spec.optimizer is not None,
+                                          opset=19 if spec.quantize_mode == "float8" else 17)
             record["runs"].append({"kind": key, "lowering": lowering, **result})
         if options.get("tf2onnx", True):
             for key in options.get("kinds", record["features"]):
