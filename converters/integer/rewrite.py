@@ -425,13 +425,42 @@ class _Rewriter:
             h, w = (1, 2) if self.layout(node) == "NHWC" else (2, 3)
             others = [d for d in range(8) if d % 4 not in (h, w)]
             if (mode == "constant" and value is not None and float(value) == 0.0 and widths is not None
-                    and len(widths) == 8 and not widths[others].any() and pad.input[0] in self.activation_grids):
+                    and len(widths) == 8 and not widths[others].any() and pad.input[0] in self.activation_grids
+                    and (not self._pads_itself_same(node) or self._padded_size(node) is not None)):
                 pads = [int(widths[h]), int(widths[w]), int(widths[h + 4]), int(widths[w + 4])]
                 x = pad.input[0]
         grid = self.activation_grids.get(x)
         if grid is None or grid.axis is not None:
             return None
         return x, grid, pads, (pad if pads is not None else None)
+
+    def _pads_itself_same(self, node) -> bool:
+        """Whether the convolution pads SAME by itself (a Conv with auto_pad, a depthwise with padding SAME)."""
+        attrs = _attrs(node)
+        if node.domain:
+            return _text(attrs.get("padding", "")) == "SAME"
+        return _text(attrs.get("auto_pad", "NOTSET")) not in ("NOTSET", "VALID")
+
+    def _padded_size(self, node):
+        """(H, W) of the convolution's input (the Pad's output), known at conversion time, or None."""
+        h, w = (1, 2) if self.layout(node) == "NHWC" else (2, 3)
+        shape = self.shapes.get(node.input[0])
+        if shape is None or len(shape) != 4 or not shape[h] or not shape[w]:
+            return None
+        return int(shape[h]), int(shape[w])
+
+    def _same_pads(self, node, strides, dilations, kernel):
+        """SAME's own pads [top, left, bottom, right] for the padded input (TF's: the odd pixel at the end)."""
+        size = self._padded_size(node)
+        if size is None:  # input_grid folds a Pad into a SAME convolution only where the size is known
+            raise ConversionError(f"{node.op_type} (node {node.name!r}): a Pad before SAME padding over an input "
+                                  "of unknown spatial size")
+        before, after = [], []
+        for n, s, d, k in zip(size, strides, dilations, kernel):
+            total = max((-(-n // s) - 1) * s + (k - 1) * d + 1 - n, 0)
+            before.append(total // 2)
+            after.append(total - total // 2)
+        return before + after
 
     def affine_tail(self, node):
         """Follow the compute node's output through per-channel constant Add / Mul / inference batch norms, then
@@ -636,8 +665,14 @@ class _Rewriter:
         if not node.domain:
             out = {k: v for k, v in attrs.items() if k in ("dilations", "strides", "kernel_shape", "group", "pads", "auto_pad")}
             if pads is not None:
-                if _text(out.get("auto_pad", "NOTSET")) != "NOTSET":
-                    raise ConversionError(f"Conv (node {node.name!r}): a Pad before a Conv with auto_pad")
+                auto_pad = _text(out.pop("auto_pad", "NOTSET"))
+                if auto_pad == "SAME_UPPER":
+                    # A zero Pad, then SAME over the padded size: explicit pads, SAME's own plus the Pad's.
+                    kernel = list(out.get("kernel_shape") or self._filter_shape(node)[2:])
+                    out["pads"] = self._same_pads(node, out.get("strides", [1, 1]), out.get("dilations", [1, 1]),
+                                                  kernel)
+                elif auto_pad not in ("NOTSET", "VALID"):
+                    raise ConversionError(f"Conv (node {node.name!r}): a Pad before a Conv with auto_pad {auto_pad}")
                 old = list(out.get("pads", [0, 0, 0, 0]))
                 out["pads"] = [p + o for p, o in zip(pads, old)]
             return out
@@ -653,8 +688,11 @@ class _Rewriter:
         padding = _text(attrs["padding"])
         if padding == "SAME":
             if pads is not None:
-                raise ConversionError(f"DepthwiseConv2dNative (node {node.name!r}): a Pad before SAME padding")
-            out["auto_pad"] = "SAME_UPPER"  # TF's SAME puts the odd pixel at the end, as SAME_UPPER does
+                # A zero Pad, then SAME over the padded size: explicit pads, SAME's own plus the Pad's.
+                same = self._same_pads(node, strides, dilations, out["kernel_shape"])
+                out["pads"] = [p + o for p, o in zip(pads, same)]
+            else:
+                out["auto_pad"] = "SAME_UPPER"  # TF's SAME puts the odd pixel at the end, as SAME_UPPER does
         else:
             explicit = [0, 0, 0, 0]
             if padding == "EXPLICIT":
