@@ -34,6 +34,7 @@ DOCUMENTED_REFUSALS = (
     (("integer",), r"TF quantizes it over each batch's own range", "docs/integer.md"),
     (("integer",), r"-bit quantizer; the integer lowering writes 8 bits or fewer", "docs/integer.md"),
     (("integer",), r"found no quantizer in this graph", "docs/integer.md"),
+    (("integer",), r"per-channel activation grid narrower than uint8", "docs/integer.md"),
     (("custom", "standard", "integer"), r"TensorFlow cannot freeze this function: its graph optimizer fails on its float8",
      "README.md (Keras 3's float8), docs/graphgen.md"),
 )
