@@ -30,6 +30,8 @@ def parse_args(argv=None):
     p.add_argument("--lowerings", nargs="+", choices=("custom", "standard", "integer"),
                    default=["custom", "standard", "integer"])
     p.add_argument("--no-tf2onnx", action="store_true", help="skip the tf2onnx baseline")
+    p.add_argument("--retry-failed", action="store_true",
+                   help="judge again the graphs of the results file that failed (after a fix), keeping the others")
     p.add_argument("--minimize", action="store_true", help="minimize one graph of each failure class")
     p.add_argument("--minimize-budget", type=int, default=60, help="candidate graphs tried per minimization")
     p.add_argument("--replay", metavar="SPEC_JSON", help="judge this one graph (a spec as JSON, or a file of one)")
@@ -59,6 +61,8 @@ def main(argv=None) -> int:
         return _replay(args)
     out = args.out or ROOT / "build" / "graphgen" / f"seed-{args.seed}"
     options = {"kinds": args.kinds, "lowerings": args.lowerings, "tf2onnx": not args.no_tf2onnx}
+    if args.retry_failed:
+        print(f"judging again {drop_failed(out / 'results.jsonl')} graph(s) that failed", file=sys.stderr)
     t = time.time()
     records = run_campaign(args.seed, args.graphs, args.jobs, out / "results.jsonl", options, args.timeout,
                            progress=lambda line: print("\r" + line, end="", file=sys.stderr, flush=True))
@@ -72,6 +76,16 @@ def main(argv=None) -> int:
     (out / "summary.md").write_text(summary + "\n")
     print(summary)
     return 1 if any(run["status"] == "failed" for r in records for run in r["runs"]) else 0
+
+
+def drop_failed(results: Path) -> int:
+    """Removes the records with a failed run from ``results``; returns how many."""
+    if not results.exists():
+        return 0
+    lines = [line for line in results.read_text().splitlines() if line.strip()]
+    keep = [line for line in lines if not any(r["status"] == "failed" for r in json.loads(line)["runs"])]
+    results.write_text("".join(line + "\n" for line in keep))
+    return len(lines) - len(keep)
 
 
 def _minimize_failures(records, args) -> str:
