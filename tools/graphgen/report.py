@@ -11,7 +11,7 @@ from tools.graphgen.spec import COVERED_ATTRS, KINDS
 LOWERING_ORDER = ("custom", "standard", "integer")
 
 # The attribute values TF accepts, per op and attribute, that a campaign should reach (the coverage table's
-# "unreached" list). Depthwise NCHW is left out: TF's CPU kernels reject it (docs/graphgen.md).
+# "unreached" list). Depthwise NCHW and dilations > 1 are left out: TF's CPU kernel rejects both (docs/graphgen.md).
 _BOOL = (True, False)
 
 
@@ -30,8 +30,10 @@ def expected_values() -> dict:
                 values = (-1, 0, 1, 2, 3)
             elif attr == "data_format":
                 values = ("NHWC",) if op.startswith("Depthwise") else raw_ops.DATA_FORMATS
-            elif attr in ("strides", "dilations"):
+            elif attr == "strides":
                 values = (1, 2)
+            elif attr == "dilations":
+                values = (1,)  # TF's CPU kernel rejects dilations > 1 (docs/graphgen.md)
             elif attr == "padding":
                 values = raw_ops.PADDINGS
             elif attr == "multiplier":
