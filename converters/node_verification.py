@@ -10,7 +10,8 @@ judged alone:
    tensors, and the converter names the graph's inputs and outputs after the function's.
 2. Each such ONNX value is an *anchor*. Its layout is found from its shape (tf2onnx's layout optimizer keeps a
    tensor's name where it moves a Transpose across the op, so an anchor may hold TF's NHWC tensor as NCHW;
-   where two layouts give the same shape, the one closer to ONNX Runtime's own end-to-end value is taken).
+   a graph output keeps TF's layout; where two layouts give the same shape, the graph's neighbours decide, else
+   the one closer to ONNX Runtime's own end-to-end value is taken).
    A value whose shape or type matches no layout of its TF tensor is not an anchor.
 3. The ONNX nodes are grouped: nodes that exchange a value which is not an anchor belong to one group (a TF
    op that became several ONNX nodes is one group; so is a fusion of several TF ops). One model holds every
@@ -498,9 +499,15 @@ def _distance(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def find_anchors(candidates: Dict[str, str], tf_values: dict, onnx_values: dict,
-                 model: Optional[onnx.ModelProto] = None, known: Optional[Dict[str, Anchor]] = None):
+                 model: Optional[onnx.ModelProto] = None, known: Optional[Dict[str, Anchor]] = None,
+                 as_tf: Optional[Dict[str, str]] = None):
     """({ONNX value: Anchor}, names left out because no layout of the TF tensor matches ONNX's value).
 
+    ``as_tf``: ONNX values known to hold a TF tensor in TF's own layout (the graph's outputs, each named after
+    the function's output it is: end-to-end verification compares them as they are), by TF tensor; such a
+    value anchored to that tensor takes TF's layout, however many layouts its shape allows (a 3x3x3x3 kernel
+    gradient: the layout nearest ORT's value is a guess where ORT's value is rounding noise, and a wrong guess
+    compares the value with its own transpose).
     Where two layouts give ONNX's shape (H == W == C), the graph decides when ``model`` is given: the layout of
     the value's anchored neighbours of the same rank across layout-keeping nodes (``_resolve_by_graph``); ORT's own
     value decides only where the graph does not (the layout whose transpose of TF's value is closest to it).
@@ -513,6 +520,8 @@ def find_anchors(candidates: Dict[str, str], tf_values: dict, onnx_values: dict,
             left_out.append(name)
             continue
         options = _layouts(tf_value, onnx_value.shape)
+        if as_tf and as_tf.get(name) == tf_name and (None, None) in options:
+            options = [(None, None)]
         if not options:
             left_out.append(name)
         elif len(options) == 1:
@@ -568,17 +577,21 @@ def _resolve_by_graph(model, ambiguous: dict, candidates: dict, tf_values: dict,
 _LAYOUT_OPS = ("Transpose", "Reshape", "Identity", "Squeeze", "Unsqueeze", "Flatten")
 
 
-def follow_layout_ops(model: onnx.ModelProto, anchors: Dict[str, Anchor], tf_values: dict, onnx_values: dict) -> int:
+def follow_layout_ops(model: onnx.ModelProto, anchors: Dict[str, Anchor], tf_values: dict, onnx_values: dict,
+                      graph_inputs: Optional[Dict[str, Anchor]] = None) -> int:
     """Correct the anchors that tf2onnx's layout optimizer gave another tensor's name. Where it moves a Transpose
-    behind an op, the Transpose keeps its output's name: after Transpose(NCHW -> NHWC) -> AddN became AddN ->
-    Transpose, the value named after the Transpose's old output holds the AddN's result. A layout op's output
-    holds its input's tensor, so where the input is an anchor, the output is anchored to the same TF tensor (in
-    the layout its shape says). Returns how many anchors changed."""
+    across an op, the Transpose keeps its output's name: after Transpose(NCHW -> NHWC) -> AddN became AddN ->
+    Transpose, the value named after the Transpose's old output holds the AddN's result; after x -> FakeQuant ->
+    Transpose(NHWC -> NCHW) became Transpose -> FakeQuant (an elementwise op: the Transpose moved in front of
+    it), it holds x transposed. A layout op's output holds its input's tensor, so where the input is an anchor,
+    or a graph input (``graph_inputs``: the graph input's own TF tensor, as TF was fed it), the output is
+    anchored to the same TF tensor (in the layout its shape says). Returns how many anchors changed."""
+    graph_inputs = graph_inputs or {}
     changed = 0
     for node in model.graph.node:
         if node.op_type not in _LAYOUT_OPS or not node.output or node.output[0] not in anchors:
             continue
-        source, out = anchors.get(node.input[0]), node.output[0]
+        source, out = anchors.get(node.input[0]) or graph_inputs.get(node.input[0]), node.output[0]
         if source is None or source.tf_name == anchors[out].tf_name:
             continue
         moved, _ = find_anchors({out: source.tf_name}, tf_values, onnx_values, model, anchors)
@@ -808,8 +821,19 @@ def verify_nodes(onnx_model, tf_fn, inputs=None, seed: int = 0, rtol: Optional[f
     t0 = time.perf_counter()
     onnx_values = run_onnx(_with_outputs(onnx_model, sorted(candidates)), inputs, threads, VERIFY_LOG_SEVERITY)
     seconds["onnx_end_to_end"] = time.perf_counter() - t0
-    anchors, left_out = find_anchors(candidates, tf_values, onnx_values, onnx_model)
-    follow_layout_ops(onnx_model, anchors, tf_values, onnx_values)
+    output_tf_name = {renames.get(t, t): t for t in frozen_fn.output_names}
+    anchors, left_out = find_anchors(candidates, tf_values, onnx_values, onnx_model,
+                                     as_tf={o.name: output_tf_name[o.name] for o in graph.output
+                                            if o.name in output_tf_name})
+    input_tf_name = {renames.get(t, t): t for t in frozen_fn.input_names}
+    # A graph input is TF's input tensor as fed (a layout op the optimizer moved in front of the first op reads it).
+    input_anchors = {}
+    for name in graph_inputs:
+        tf_name = input_tf_name.get(name)
+        if tf_name is not None and name not in anchors:
+            tf_values.setdefault(tf_name, inputs[name])
+            input_anchors[name] = Anchor(name, tf_name)
+    follow_layout_ops(onnx_model, anchors, tf_values, onnx_values, input_anchors)
     del onnx_values
 
     groups = group_nodes(graph, set(anchors), sources)
@@ -825,7 +849,6 @@ def verify_nodes(onnx_model, tf_fn, inputs=None, seed: int = 0, rtol: Optional[f
 
     producer = {out: i for i, node in enumerate(graph.node) for out in node.output if out}
     tf_input_names = set(frozen_fn.input_names)
-    input_tf_name = {renames.get(t, t): t for t in frozen_fn.input_names}
     checks = []
     for i, node in enumerate(graph.node):
         for out in node.output:

@@ -18,9 +18,10 @@ that bounds how far the rounding upstream of it can move it, in units of the few
 
 * a leaf (a graph input, an initializer, or the output of any node not listed below: an exp, a softmax, a
   quantizer, a cast, ...) is taken to carry only its own rounding: ``m(v) = |v|``;
-* a linear sum (ReduceSum/Mean/SumSquare/L1/L2, Sum, AveragePool, GlobalAveragePool, CumSum, the domain
+* a linear sum (ReduceSum/Mean/SumSquare/L1/L2, AveragePool, GlobalAveragePool, CumSum, the domain
   quantizer gradients' min/max sums) is the same node evaluated on the magnitudes of its inputs,
-  ``Σ m(t_i)``; ``a + b`` and ``a - b`` give ``m(a) + m(b)``;
+  ``Σ m(t_i)``; ``a + b`` and ``a - b`` give ``m(a) + m(b)``, and an elementwise Sum (TF's AddN: a gradient's
+  paths added) ``Σ m(t_i)``, as chains: they count as no level of sums (below), though a Sum is judged as one;
 * a product and a multilinear sum (Mul, MatMul, Gemm, Conv, ConvTranspose, Einsum, the domain's depthwise
   convolution and its two backprops) follow the product rule ``d(ab) = a db + b da``: the node evaluated
   once per input whose magnitude exceeds its absolute value, on that magnitude and the absolute values of
@@ -41,10 +42,13 @@ Two levels of sums. The walk follows at most LEVELS = 2 sums back along each pat
 further up are leaves. One level (the sum's own terms, at their face value) misses a term that is itself a
 cancelled sum: on a Conv2D -> BatchNormalization -> ReLU -> Dense training step, the batch norm's beta
 gradient (the sum of the dense layer's backprop, which cancels) differs by up to 87 ulps of its one-level
-magnitude, 2.3 of its two-level one. Without a limit, worst-case bounds compound through every layer of a
-deep network (an unlimited version of these rules passed 1e20 on MobileNetV2's activations) while its
-actual differences are governed by TF's own spread (converters.verification); at two levels MobileNetV2's
-gradients keep a median |value| / magnitude of 0.007 to 0.04, so a 1% error in a gradient still stands out.
+magnitude, 2.3 of its two-level one. An elementwise addition is no level: it adds paths, not the terms of a
+layer, and TF's AddN is where the paths through a batch norm's statistics cancel; counted as a level, it cut
+the walk short of that cancellation, so that an exactly-zero gradient further up (a Keras 3 batch norm before a
+global average pool at batch 1: uniform dy, dx == 0) was judged against a few ulps of its own noise.
+Without a limit, worst-case bounds compound through every layer of a deep network (an unlimited version of
+these rules passed 1e20 on MobileNetV2's activations) while its actual differences are governed by TF's own
+spread (converters.verification); at two levels MobileNetV2's gradients keep a median |value| / magnitude of 0.007 to 0.04, so a 1% error in a gradient still stands out.
 
 Smooth functions (exp, log, softmax, ...) are leaves on purpose: carrying a sum's error through them (times
 |f'|) is correct to first order, but every gradient behind a loss then inherits the forward pass's worst-case
@@ -91,7 +95,7 @@ _ALIASES = {"Relu", "Clip", "Neg", "Abs"}
 # Linear sums: the same node on the magnitudes of the data inputs.
 _SUMS = {
     "ReduceSum": (0,), "ReduceMean": (0,), "ReduceSumSquare": (0,), "ReduceL1": (0,), "ReduceL2": (0,),
-    "Sum": ALL, "AveragePool": (0,), "GlobalAveragePool": (0,), "CumSum": (0,),
+    "AveragePool": (0,), "GlobalAveragePool": (0,), "CumSum": (0,),
 }
 # Multilinear sums: (factors, linear addends). The product rule, one evaluation per factor with a sum's error.
 _MULTILINEAR = {
@@ -225,6 +229,8 @@ class _Builder:
                 kind, data = "chain", (0,)
             elif op in ("Add", "Sub", "Mul", "Div"):
                 kind, data = "chain", (0, 1)
+            elif op == "Sum":  # elementwise, as Add (TF's AddN: a gradient's paths added)
+                kind, data = "chain", ALL
             elif op == "Resize":
                 # Linear interpolation is a sum of the input's pixels with non-negative weights (TF's ResizeBilinear
                 # and ONNX's Resize round it in different orders); nearest only selects one. Cubic has negative
@@ -285,6 +291,10 @@ class _Builder:
             return
         if op in ("Add", "Sub"):
             out, derived = self.add("Add", [mags[0].name, mags[1].name])[0], True
+        elif op == "Sum":  # Σ m(t_i), as Add, but a sum of its own: judged as one, its inputs' count its terms
+            out = self.total([mags[i].name for i in sorted(mags)])
+            terms = self.largest([terms] + self._terms(node))
+            derived, summed = derived or len(mags) > 1, True
         elif op == "Mul":
             out = self._multilinear(node, (0, 1), (), mags)[0]
         elif op == "Div":  # (m(a) + |a/b| m(b)) / |b|
