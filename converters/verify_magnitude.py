@@ -48,7 +48,8 @@ the walk short of that cancellation, so that an exactly-zero gradient further up
 global average pool at batch 1: uniform dy, dx == 0) was judged against a few ulps of its own noise.
 Without a limit, worst-case bounds compound through every layer of a deep network (an unlimited version of
 these rules passed 1e20 on MobileNetV2's activations) while its actual differences are governed by TF's own
-spread (converters.verification); at two levels MobileNetV2's gradients keep a median |value| / magnitude of 0.007 to 0.04, so a 1% error in a gradient still stands out.
+spread (converters.verification); at two levels MobileNetV2's gradients keep a median |value| / magnitude of
+0.007 to 0.04, so a 1% error in a gradient still stands out.
 
 Smooth functions (exp, log, softmax, ...) are leaves on purpose: carrying a sum's error through them (times
 |f'|) is correct to first order, but every gradient behind a loss then inherits the forward pass's worst-case
