@@ -53,7 +53,10 @@ from converters.exact_outputs import through_identities
 logger = logging.getLogger(__name__)
 
 TF_PREFIX = "tf_value::"  # graph inputs of the per-node model: TF's value of an anchor
-_LAYOUTS = {3: [(0, 2, 1)], 4: [(0, 3, 1, 2), (0, 2, 3, 1)], 5: [(0, 4, 1, 2, 3), (0, 2, 3, 4, 1)]}
+# The layouts (TF -> ONNX permutations) a converted graph holds a TF tensor in: TF's, channels first, channels last
+# (from channels first), and, rank 4, tf2onnx's SpaceToBatchND / BatchToSpaceND (CNHW: (3, 0, 1, 2)), which the
+# layout optimizer can carry past elementwise ops (a FakeQuant written in standard ops after a dilated depthwise).
+_LAYOUTS = {3: [(0, 2, 1)], 4: [(0, 3, 1, 2), (0, 2, 3, 1), (3, 0, 1, 2)], 5: [(0, 4, 1, 2, 3), (0, 2, 3, 4, 1)]}
 
 
 @dataclasses.dataclass
@@ -484,8 +487,12 @@ def _layouts(tf_value: np.ndarray, onnx_shape: tuple):
     for perm in _LAYOUTS.get(tf_value.ndim, []):
         if tuple(tf_value.shape[p] for p in perm) == onnx_shape:
             found.append((perm, None))
+    non_unit = [d for d in tf_value.shape if d != 1]
+    # A reshape (unit dimensions added or dropped) only where the order of the other dimensions shows: with two of
+    # them equal ([N, C] with N == C), ONNX's [C, N, 1, 1] (a channels-first mean over a CNHW tensor) would pass
+    # for TF's [N, C] reshaped. Such a value is judged inside the group of the nodes that read it.
     if not found and tf_value.size == int(np.prod(onnx_shape, dtype=np.int64)) and \
-            [d for d in tf_value.shape if d != 1] == [d for d in onnx_shape if d != 1]:
+            non_unit == [d for d in onnx_shape if d != 1] and len(set(non_unit)) == len(non_unit):
         found.append((None, onnx_shape))
     return found
 
@@ -545,33 +552,72 @@ def find_anchors(candidates: Dict[str, str], tf_values: dict, onnx_values: dict,
 _LAYOUT_CHANGING = ("Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Einsum", "MatMul", "Gemm", "Shape")
 
 
-def _resolve_by_graph(model, ambiguous: dict, candidates: dict, tf_values: dict, context: dict, anchors: dict):
-    """Moves the entries of ``ambiguous`` that the graph decides into ``anchors`` (and ``context``), until no
-    more are decided: a decided value votes for its neighbours in turn."""
-    neighbours = defaultdict(set)
+def _perm(anchor: "Anchor", ndim: int) -> tuple:
+    return tuple(anchor.perm) if anchor.perm is not None else tuple(range(ndim))
+
+
+def _layout_edges(model) -> Dict[str, list]:
+    """value -> [(neighbour, how the neighbour's layout follows from the value's)]: across a layout-keeping node
+    the same layout, across a Transpose the perm composed with (or undone by) the Transpose's."""
+    # Constants (initializers, Constant nodes) are no path: a shape or an axes list shared by two Slices would
+    # carry one tensor's layout to an unrelated one.
+    constants = {i.name for i in model.graph.initializer}
+    constants.update(o for n in model.graph.node if n.op_type == "Constant" for o in n.output)
+    edges = defaultdict(list)
     for node in model.graph.node:
+        if node.op_type == "Transpose":
+            perm = next((list(a.ints) for a in node.attribute if a.name == "perm"), None)
+            if perm is None or not node.input or not node.output:
+                continue
+            q = tuple(perm)
+            inverse = tuple(int(i) for i in np.argsort(q))
+            edges[node.input[0]].append((node.output[0], q))  # out == transpose(in, q)
+            edges[node.output[0]].append((node.input[0], inverse))
+            continue
         if node.op_type in _LAYOUT_CHANGING:
             continue
-        values = [v for v in list(node.input) + list(node.output) if v]
+        values = [v for v in list(node.input) + list(node.output) if v and v not in constants]
         for v in values:
-            if v in ambiguous:
-                neighbours[v].update(w for w in values if w != v)
+            edges[v].extend((w, None) for w in values if w != v)
+    return edges
+
+
+def _resolve_by_graph(model, ambiguous: dict, candidates: dict, tf_values: dict, context: dict, anchors: dict):
+    """Moves the entries of ``ambiguous`` that the graph decides into ``anchors`` (and ``context``): the layouts the
+    decided values of the same rank imply for it, followed through layout-keeping nodes (same layout) and
+    Transposes (their perm composed), across values no TF tensor names. A value is decided where exactly one
+    implied layout is among the ones its shape allows; a decided value implies layouts in turn."""
+    edges = _layout_edges(model)
     changed = True
-    while changed:
+    while changed and ambiguous:
         changed = False
-        for name in list(ambiguous):
-            ndim = tf_values[candidates[name]].ndim
-            votes = defaultdict(int)
-            for other in neighbours[name]:
-                anchor = context.get(other)
-                if anchor is not None and anchor.shape is None and tf_values[anchor.tf_name].ndim == ndim:
-                    votes[anchor.perm] += 1
-            ranked = sorted(((count, perm) for perm, count in votes.items()
-                             if (perm, None) in ambiguous[name]), key=lambda cp: -cp[0])
-            if ranked and (len(ranked) == 1 or ranked[0][0] > ranked[1][0]):
-                anchors[name] = context[name] = Anchor(name, candidates[name], ranked[0][1], None)
-                del ambiguous[name]
-                changed = True
+        for ndim in {tf_values[candidates[name]].ndim for name in ambiguous}:
+            implied = defaultdict(set)  # value -> layouts the decided values of this rank imply for it
+            frontier = []
+            for name, anchor in context.items():
+                if anchor.shape is None and anchor.tf_name in tf_values and tf_values[anchor.tf_name].ndim == ndim:
+                    implied[name].add(_perm(anchor, ndim))
+                    frontier.append(name)
+            seen = set(frontier)
+            while frontier:
+                value = frontier.pop()
+                for other, transform in edges.get(value, ()):
+                    for perm in list(implied[value]):
+                        if transform is None:
+                            implied[other].add(perm)
+                        elif len(transform) == len(perm):
+                            implied[other].add(tuple(perm[i] for i in transform))
+                    if other not in seen and other not in context:
+                        seen.add(other)
+                        frontier.append(other)
+            for name in [n for n in ambiguous if tf_values[candidates[n]].ndim == ndim]:
+                allowed = {tuple(perm) if perm is not None else tuple(range(ndim)): perm
+                           for perm, shape in ambiguous[name] if shape is None}
+                matching = {p for p in implied.get(name, ()) if p in allowed}
+                if len(matching) == 1:
+                    anchors[name] = context[name] = Anchor(name, candidates[name], allowed[matching.pop()], None)
+                    del ambiguous[name]
+                    changed = True
 
 
 _LAYOUT_OPS = ("Transpose", "Reshape", "Identity", "Squeeze", "Unsqueeze", "Flatten")

@@ -20,8 +20,9 @@ pointwise Conv's group) with batch and channel swapped. (With batch != channels 
 value is no anchor, and the quantizer is judged inside a larger group: it verified.) The custom lowering's
 FakeQuant is one domain node that takes only NCHW -> NHWC Transposes, so its quantizer stays NHWC.
 
-The fix belongs in converters/node_verification.py (CNHW among the 4-D anchor layouts, decided by the graph or
-ORT's value where it ties with NCHW); until it lands the standard lowering's inference case is a strict xfail.
+The fix is in converters/node_verification.py: CNHW is among the 4-D anchor layouts, and where it ties with NCHW
+the graph decides (``_resolve_by_graph`` follows the layouts of decided values through layout-keeping nodes and
+composes them through Transposes, here from the depthwise's output through tf2onnx's BatchToSpaceND Transposes).
 
 Each graph is judged as the campaign judges it: through the CLI, end to end and per node (--verify
 --verify-nodes), in both lowerings, for the inference, training-step and saliency signatures.
@@ -51,12 +52,6 @@ SPEC = GraphSpec(seed=3, index=1, family="tfmot", batch=2, input=(9, 9, 2), head
                  layers=[{"op": "sepconv", "kernel": 3, "padding": "same", "dilation": 2, "filters": 2,
                           "multiplier": 1, "use_bias": True}])
 
-VERIFIER_LAYOUT = pytest.mark.xfail(
-    strict=True,
-    reason="converters/node_verification.py anchors the CNHW FakeQuant value (tf2onnx's BatchToSpaceND layout "
-           "pushed through the standard quantizer) as NCHW where batch == channels; see the module docstring")
-
-
 @pytest.fixture(scope="module")
 def runs():
     record = judge_graph(SPEC, {"kinds": list(KINDS), "lowerings": list(LOWERINGS), "tf2onnx": False})
@@ -64,10 +59,7 @@ def runs():
     return {(run["kind"], run["lowering"]): run for run in record["runs"]}
 
 
-@pytest.mark.parametrize("kind,lowering", [
-    pytest.param(kind, lowering,
-                 marks=[VERIFIER_LAYOUT] if (kind, lowering) == ("serving_default", "standard") else [])
-    for kind in KINDS for lowering in LOWERINGS])
+@pytest.mark.parametrize("kind,lowering", [(kind, lowering) for kind in KINDS for lowering in LOWERINGS])
 def test_dilated_separable_qat_is_verified_end_to_end_and_per_node(runs, kind, lowering):
     run = runs[(kind, lowering)]
     assert run["status"] == "verified", run

@@ -20,10 +20,10 @@ from tools.graphgen.worker import judge_graph  # noqa: E402
 pytestmark = pytest.mark.tensorflow
 
 
-def _spec(family, shape, layers, batch=2, head="flatten", optimizer=None, seed=44, index=0):
+def _spec(family, shape, layers, batch=2, head="flatten", optimizer=None, seed=44, index=0, train_steps=2):
     # (seed and index also seed the builder's own choices, e.g. whether a Keras 3 fake-quant head is quantized)
     return GraphSpec(seed=seed, index=index, family=family, batch=batch, input=shape, layers=layers, head=head,
-                     optimizer=optimizer, train_steps=2)
+                     optimizer=optimizer, train_steps=train_steps)
 
 
 BILINEAR = {"op": "upsample", "factor": 2, "interpolation": "bilinear"}
@@ -43,6 +43,22 @@ CASES = {
     "resize gradient after zero padding": (
         _spec("tf_keras", (3, 3, 3), [BILINEAR, {"op": "zeropad", "pad": [[1, 0], [2, 1]]}], head="gap"),
         "saliency", "standard"),
+    # tf2onnx writes a dilated convolution's SpaceToBatchND / BatchToSpaceND in CNHW; with batch == channels the
+    # per-node check took a CNHW value for NCHW (and a channels-first mean for TF's [N, C] reshaped): the layouts
+    # now follow from the graph (node_verification._resolve_by_graph through Transposes).
+    "dilated grouped convolution, batch == channels": (
+        _spec("tf_keras", (6, 4, 2), [{"op": "conv", "kernel": 1, "padding": "valid", "dilation": 2, "groups": 2,
+                                       "filters": 4, "use_bias": True}], batch=4, head="gap", seed=2, index=97, train_steps=3),
+        "train_step", "custom"),
+    # The same graph-derived layouts must not travel through constants two nodes share (a Slice's axes): with
+    # them, a CNHW guess reached the saliency map's BatchToSpaceND, which is NCHW.
+    "concatenation before a dilated convolution, batch == channels": (
+        _spec("tfmot", (1, 2, 1), [
+            {"op": "concat", "branches": [
+                [{"op": "conv", "kernel": 1, "padding": "same", "filters": 1, "use_bias": True}],
+                [{"op": "conv", "kernel": 3, "padding": "same", "filters": 1, "multiplier": 1, "use_bias": False}]]},
+            {"op": "conv", "kernel": 3, "padding": "same", "dilation": 2, "filters": 1, "use_bias": True}],
+            batch=3, head="gap", seed=1, index=11, train_steps=4), "saliency", "custom"),
 }
 
 
