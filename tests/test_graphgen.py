@@ -84,8 +84,8 @@ def test_minimizer_candidates_are_smaller():
 
 
 def test_refusal_reasons_are_masked():
-    a = oracle.mask("node 'model/conv2d/Conv2D': 12 bits in /tmp/x/saved_model")
-    b = oracle.mask("node 'other/dw': 9 bits in /tmp/y/saved_model")
+    a = oracle.mask("node 'model/conv2d/Conv2D': 12 bits in build/a/saved_model")
+    b = oracle.mask("node 'other/dw': 9 bits in build/b/saved_model")
     assert a == b
 
 
