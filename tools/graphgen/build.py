@@ -136,7 +136,14 @@ class _KerasBuilder:
                     return annotate(layer, quantize_config=FourBitWeightsConfig())
                 return annotate(layer)
             return four_bit
-        return lambda layer: annotate(layer) if self.rng.random() < 0.5 else layer
+        annotated = []
+
+        def part(layer):  # the first layer always (tfmot refuses a model with none annotated), the others by chance
+            if not annotated or self.rng.random() < 0.5:
+                annotated.append(layer)
+                return annotate(layer)
+            return layer
+        return part
 
     def _apply(self, layer, x):
         return self.annotate(layer)(x)
@@ -296,10 +303,10 @@ class RawGraphs(tf.Module):
                 channels *= op["multiplier"]
             self.params.append(p)
         self.readout = tf.constant(rng.standard_normal(64).astype(np.float32))
-        images = tf.TensorSpec((None,) + tuple(spec.input), tf.float32, name="images")
-        train_images = tf.TensorSpec((spec.batch,) + tuple(spec.input), tf.float32, name="images")
+        # A static batch for every signature: a per-axis QuantizeAndDequantize along axis 0 needs its size.
+        images = tf.TensorSpec((spec.batch,) + tuple(spec.input), tf.float32, name="images")
         self.serve = tf.function(self._serve, input_signature=[images])
-        self.train_step = tf.function(self._train_step, input_signature=[train_images])
+        self.train_step = tf.function(self._train_step, input_signature=[images])
         self.saliency = tf.function(self._saliency, input_signature=[images])
 
     def _forward(self, x, training_outputs: dict):

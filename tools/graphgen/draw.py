@@ -86,9 +86,12 @@ def _draw_chain(rng, family, shape, length, depth):
 
 def _tfmot_accepts(family, op, previous) -> bool:
     """tfmot's default scheme quantizes a BatchNormalization only right after a convolution without activation (it
-    folds the pair); anywhere else quantize_model refuses the model. Keras' other families take it anywhere."""
+    folds the pair), and not at all after one under the 4-bit QuantizeConfig; anywhere else quantize_model refuses
+    the model. Keras' other families take it anywhere."""
     if family not in (TFMOT, TFMOT_4BIT, TFMOT_PARTIAL) or op["op"] != "bn":
         return True
+    if family == TFMOT_4BIT:  # a convolution under the user's QuantizeConfig no longer folds a batch norm
+        return False
     return previous is not None and previous["op"] in ("conv", "dwconv") and not previous.get("activation")
 
 
