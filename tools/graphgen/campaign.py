@@ -20,6 +20,12 @@ from tools.graphgen.draw import draw_graph
 ROOT = Path(__file__).resolve().parents[2]
 
 
+# A worker is replaced after this many graphs: TensorFlow and Keras keep every traced function and model of a
+# process, and a worker that has built a few hundred graphs grows by gigabytes until the machine swaps (two
+# graphs of a 244-graph campaign "hung" that way).
+GRAPHS_PER_WORKER = 40
+
+
 class Worker:
     def __init__(self, log: str):
         env = dict(os.environ, GRAPHGEN_WORKER_LOG=log, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -29,9 +35,11 @@ class Worker:
         self.started = 0.0
         self.last_run = None
         self.ready = False
+        self.judged = 0
 
     def submit(self, spec, options) -> None:
         self.spec, self.started, self.last_run = spec, time.time(), None
+        self.judged += 1
         self.proc.stdin.write(json.dumps({"spec": spec.to_json(), "options": options}) + "\n")
         self.proc.stdin.flush()
 
@@ -103,6 +111,10 @@ def run_campaign(seed: int, graphs: int, jobs: int, results: Path, options: dict
                 elif "record" in message:
                     write(message["record"])
                     w.spec = None
+                    if w.judged >= GRAPHS_PER_WORKER and pending:
+                        w.proc.stdin.close()
+                        w.kill()
+                        workers[workers.index(w)] = Worker(log)
             for i, w in enumerate(workers):
                 dead = w.proc.poll() is not None
                 late = w.spec is not None and time.time() - w.started > timeout
