@@ -181,7 +181,9 @@ COVERED_ATTRS = {
     "FakeQuantWithMinMaxArgs": _FQ, "FakeQuantWithMinMaxArgsGradient": _FQ,
     "FakeQuantWithMinMaxVars": _FQ, "FakeQuantWithMinMaxVarsGradient": _FQ,
     "FakeQuantWithMinMaxVarsPerChannel": _FQ, "FakeQuantWithMinMaxVarsPerChannelGradient": _FQ,
-    "QuantizeAndDequantizeV2": _QDQ + ("num_bits",), "QuantizeAndDequantizeV3": _QDQ,
+    # (V3 has no round_mode: it always rounds half to even; its num_bits is an input)
+    "QuantizeAndDequantizeV2": _QDQ + ("num_bits",),
+    "QuantizeAndDequantizeV3": tuple(a for a in _QDQ if a != "round_mode"),
     "QuantizeAndDequantizeV4": _QDQ + ("num_bits",), "QuantizeAndDequantizeV4Grad": ("axis",),
     "FusedBatchNorm": _BN, "FusedBatchNormV2": _BN, "FusedBatchNormV3": _BN,
     "FusedBatchNormGrad": _BN_GRAD, "FusedBatchNormGradV2": _BN_GRAD, "FusedBatchNormGradV3": _BN_GRAD,
