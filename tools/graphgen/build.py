@@ -54,8 +54,16 @@ def _keras3_quant_layers():
             return fake_quant(self, x, -1 if self.per_channel else None)
 
     class KernelQuant:
-        def _setup(self, q):
+        """Mixed in before a Keras layer: its kernel goes through a fake-quant with trainable per-tensor or
+        per-output-channel range variables, made when the layer is built."""
+
+        def __init__(self, q, **kw):
+            super().__init__(**kw)
             self.q_bits, self.q_narrow, self.q_per_channel = q["bits"], q["narrow"], q["per_channel"]
+
+        def build(self, shape):
+            super().build(shape)
+            self._quantized(self.kernel)
 
         def _quantized(self, kernel):
             if not hasattr(self, "q_min"):
@@ -63,26 +71,10 @@ def _keras3_quant_layers():
             return fake_quant(self, kernel, -1 if self.q_per_channel else None)
 
     class QConv2D(KernelQuant, keras.layers.Conv2D):
-        def __init__(self, q, **kw):
-            super().__init__(**kw)
-            self._setup(q)
-
-        def build(self, shape):
-            super().build(shape)
-            self._quantized(self.kernel)
-
         def convolution_op(self, inputs, kernel):
             return super().convolution_op(inputs, self._quantized(kernel))
 
     class QDepthwiseConv2D(KernelQuant, keras.layers.DepthwiseConv2D):
-        def __init__(self, q, **kw):
-            super().__init__(**kw)
-            self._setup(q)
-
-        def build(self, shape):
-            super().build(shape)
-            self._quantized(self.kernel)
-
         def call(self, inputs):
             out = ops.depthwise_conv(inputs, self._quantized(self.kernel), strides=self.strides, padding=self.padding,
                                      dilation_rate=self.dilation_rate, data_format=self.data_format)
@@ -91,14 +83,6 @@ def _keras3_quant_layers():
             return self.activation(out) if self.activation is not None else out
 
     class QDense(KernelQuant, keras.layers.Dense):
-        def __init__(self, q, **kw):
-            super().__init__(**kw)
-            self._setup(q)
-
-        def build(self, shape):
-            super().build(shape)
-            self._quantized(self.kernel)
-
         def call(self, inputs):
             out = ops.matmul(inputs, self._quantized(self.kernel))
             return out + self.bias if self.use_bias else out
